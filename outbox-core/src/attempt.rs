@@ -1,0 +1,65 @@
+//! Running one handler call: timeout, panic capture and the attempt's span.
+
+use std::{any::Any, panic::AssertUnwindSafe, time::Duration};
+
+use futures_util::FutureExt;
+use tracing::Instrument;
+
+use crate::{Delivery, Record, Registry, transition::Outcome};
+
+/// Runs the handler registered for `record` and says how the attempt went.
+///
+/// A handler that exceeds `timeout` is dropped and the attempt is retryable;
+/// a panic is caught and recorded the same way, so the worker lives on.
+pub(crate) async fn run_handler(registry: &Registry, record: Record, timeout: Duration) -> Outcome {
+    let delivery = Delivery::new(record.id, record.attempts, record.task);
+    let key = delivery.key();
+    let span = tracing::info_span!(
+        "outbox.attempt",
+        task_id = delivery.id.get(),
+        kind = %key.kind,
+        version = key.version,
+        attempt = delivery.attempt,
+        outcome = tracing::field::Empty,
+    );
+    let outcome = async {
+        let Some(handler) = registry.get(&key) else {
+            return Outcome::NoHandler(format!("no handler registered for {key}"));
+        };
+        let call = AssertUnwindSafe(handler.handle(delivery)).catch_unwind();
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(Ok(()))) => Outcome::Succeeded,
+            Ok(Ok(Err(error))) if error.is_permanent() => Outcome::Permanent(error.to_string()),
+            Ok(Ok(Err(error))) => Outcome::Retryable(error.to_string()),
+            Ok(Err(panic)) => Outcome::Retryable(format!("handler panicked: {}", panic_text(&*panic))),
+            Err(_) => Outcome::Retryable(format!("handler timed out after {timeout:?}")),
+        }
+    }
+    .instrument(span.clone())
+    .await;
+    span.record("outcome", outcome_name(&outcome));
+    match &outcome {
+        Outcome::Succeeded => tracing::debug!(parent: &span, "delivered"),
+        Outcome::Retryable(error) | Outcome::Permanent(error) | Outcome::NoHandler(error) => {
+            tracing::warn!(parent: &span, error = %error, "attempt failed");
+        }
+    }
+    outcome
+}
+
+fn outcome_name(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Succeeded => "succeeded",
+        Outcome::Retryable(_) => "retryable",
+        Outcome::Permanent(_) => "permanent",
+        Outcome::NoHandler(_) => "no_handler",
+    }
+}
+
+fn panic_text(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("non-text panic payload")
+}

@@ -1,0 +1,67 @@
+//! The backend-free core of a transactional outbox.
+//!
+//! Record a message in the same database transaction as the business data,
+//! send it right after commit, and never lose it: this crate holds the parts
+//! every backend shares. Users normally depend on a backend crate
+//! (`outbox-postgres` or `outbox-mysql`), which re-exports everything here.
+//!
+//! - [`Task`] is what you enqueue; [`Record`] is what the table holds.
+//! - [`transition`] holds the state machine as pure functions.
+//! - [`Handler`]s are registered per `(kind, version)` in a [`Registry`].
+//! - A [`Worker`] sends one task right after commit ([`Worker::send`],
+//!   [`Worker::send_async`]) and runs compensation rounds
+//!   ([`Worker::retry_pending`]) over a [`Store`].
+//!
+//! ```
+//! use outbox_core::{handler_fn, Delivery, HandlerError, Registry, Task};
+//!
+//! // What the order service enqueues inside its transaction...
+//! let task = Task::json("order.created", 1, &serde_json::json!({ "id": 42 }))?
+//!     .header("correlation-id", "req-7f3a")
+//!     .ordering_key("customer-9");
+//! task.validate()?;
+//!
+//! // ...and what delivers it after commit.
+//! let registry = Registry::builder()
+//!     .handler("order.created", 1, handler_fn(|delivery: Delivery| async move {
+//!         let order: serde_json::Value = delivery.json()?;
+//!         if order["id"].is_null() {
+//!             return Err(HandlerError::permanent(anyhow::anyhow!("order without id")));
+//!         }
+//!         Ok(())
+//!     }))
+//!     .build()?;
+//! assert_eq!(registry.len(), 1);
+//! # Ok::<(), outbox_core::Error>(())
+//! ```
+
+mod attempt;
+mod config;
+mod delivery;
+mod error;
+mod handler;
+mod id;
+pub mod limits;
+mod record;
+mod registry;
+mod retry;
+mod round;
+mod status;
+mod store;
+mod task;
+pub mod transition;
+mod worker;
+
+pub use config::WorkerConfig;
+pub use delivery::Delivery;
+pub use error::{BoxError, Error, Result};
+pub use handler::{Handler, HandlerError, HandlerFn, HandlerKey, handler_fn};
+pub use id::TaskId;
+pub use record::{Lease, Record};
+pub use registry::{Registry, RegistryBuilder};
+pub use retry::RetryPolicy;
+pub use round::RoundReport;
+pub use status::{Status, UnknownStatus};
+pub use store::{BatchRequest, ClaimOutcome, LeaseRequest, Store};
+pub use task::{Headers, Task};
+pub use worker::Worker;

@@ -1,0 +1,108 @@
+//! One compensation round: [`Worker::retry_pending`] and its [`RoundReport`].
+
+use std::time::Instant;
+
+use futures_util::{StreamExt, stream};
+
+use crate::{
+    BatchRequest, Error, Record, Result, Status, Store, Worker,
+    transition::{self, Completion, Fence},
+};
+
+/// What one call of [`Worker::retry_pending`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RoundReport {
+    /// Tasks claimed for an attempt.
+    pub claimed: u64,
+    /// Attempts that succeeded.
+    pub succeeded: u64,
+    /// Attempts that failed and will be retried (including tasks with no handler).
+    pub retried: u64,
+    /// Attempts that failed for good.
+    pub failed: u64,
+    /// Tasks found past their deadline and marked failed without an attempt.
+    pub expired: u64,
+    /// Claims given back unstarted because too little of their lease was left.
+    pub released: u64,
+}
+
+impl RoundReport {
+    fn count(&mut self, completion: &Completion) {
+        match (completion.status, &completion.last_error) {
+            (Status::Pending, None) => self.released += 1,
+            (Status::Pending, Some(_)) => self.retried += 1,
+            (Status::Succeeded, _) => self.succeeded += 1,
+            (Status::Failed, _) => self.failed += 1,
+        }
+    }
+}
+
+impl<S: Store> Worker<S> {
+    /// One compensation round over every due task.
+    ///
+    /// Claims due tasks in id order, `batch_size` at a time, with `SKIP
+    /// LOCKED` so that several workers share the work; each task is tried at
+    /// most once per round. Handlers run concurrently (up to the configured
+    /// concurrency) and results are written back one statement per batch. The
+    /// round stops early on a database error (returned) and never on a handler
+    /// error (recorded on the task). Dropping the future cancels the round;
+    /// tasks it had claimed become claimable again when their lease ends.
+    pub async fn retry_pending(&self, batch_size: usize) -> Result<RoundReport> {
+        if batch_size == 0 {
+            return Err(Error::invalid("batch_size", "must be at least 1"));
+        }
+        let mut report = RoundReport::default();
+        let mut request = BatchRequest {
+            lease: self.lease_request(),
+            limit: batch_size,
+            after: None,
+        };
+        loop {
+            let claimed_at = Instant::now();
+            let records = self.store().claim_due(&request).await?;
+            let Some(last) = records.iter().map(|r| r.id).max() else {
+                break;
+            };
+            request.after = Some(last);
+            let exhausted = records.len() < batch_size;
+            let mut due = Vec::with_capacity(records.len());
+            for record in records {
+                if record.status == Status::Failed {
+                    report.expired += 1;
+                } else {
+                    due.push(record);
+                }
+            }
+            report.claimed += due.len() as u64;
+            let completions: Vec<Completion> = stream::iter(due)
+                .map(|record| self.attempt_within_lease(record, claimed_at))
+                .buffer_unordered(self.config().concurrency)
+                .collect()
+                .await;
+            for completion in &completions {
+                report.count(completion);
+            }
+            self.write(&completions).await?;
+            if exhausted {
+                break;
+            }
+        }
+        Ok(report)
+    }
+
+    /// Runs one claimed record, unless its lease would run out before the
+    /// handler timeout: then the claim is released unstarted.
+    async fn attempt_within_lease(&self, record: Record, claimed_at: Instant) -> Completion {
+        let config = self.config();
+        let left = config.lease_duration.saturating_sub(claimed_at.elapsed());
+        if left < config.handler_timeout {
+            return transition::release(Fence {
+                id: record.id,
+                owner: config.owner.clone(),
+                attempt: record.attempts,
+            });
+        }
+        self.attempt(record).await.0
+    }
+}

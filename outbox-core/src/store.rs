@@ -1,0 +1,99 @@
+//! The backend boundary: the [`Store`] trait and the claim types it speaks.
+
+use std::{future::Future, time::Duration};
+
+use crate::{Record, Result, Task, TaskId, transition::Completion};
+
+/// What a claim asks for: who claims, and for how long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRequest {
+    /// The claiming worker's owner name.
+    pub owner: String,
+    /// How long the claim lasts on the database clock.
+    pub duration: Duration,
+}
+
+/// The answer to a claim of one task by id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// Claimed: the record as it stands after the claim (attempts incremented,
+    /// lease set to the caller).
+    Claimed(Record),
+    /// It was past `expires_at`; the claim marked it failed.
+    Expired,
+    /// No such task.
+    NotFound,
+    /// It is succeeded or failed.
+    Finished(crate::Status),
+    /// Another worker's lease is live.
+    Leased {
+        /// End of that lease.
+        until: chrono::DateTime<chrono::Utc>,
+    },
+    /// Not due before `at`.
+    NotDue {
+        /// Earliest claim.
+        at: chrono::DateTime<chrono::Utc>,
+    },
+    /// An older task with the same ordering key is not finished.
+    Blocked,
+}
+
+/// A request to claim due tasks in id order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchRequest {
+    /// Who claims, and for how long.
+    pub lease: LeaseRequest,
+    /// At most this many tasks.
+    pub limit: usize,
+    /// Only tasks with a larger id (a round's cursor).
+    pub after: Option<TaskId>,
+}
+
+/// Where a task's rows live, and the few operations the worker needs.
+///
+/// Backends implement it with their own SQL; every decision comes from
+/// [`transition`](crate::transition). Completion writes are fenced: a
+/// [`Completion`] applies only while `id`, lease owner and attempts still match.
+pub trait Store: Clone + Send + Sync + 'static {
+    /// The connection type `enqueue` runs on: the caller's, inside its transaction.
+    type Conn: Send;
+
+    /// Inserts `task` inside the caller's open transaction and returns its id.
+    ///
+    /// Fails with [`Error::NotTransaction`](crate::Error::NotTransaction) outside
+    /// a transaction and with [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// for a bad task; in both cases nothing is written. A `dedup_key` already
+    /// in the table returns the existing task's id.
+    fn enqueue(&self, conn: &mut Self::Conn, task: Task)
+    -> impl Future<Output = Result<TaskId>> + Send;
+
+    /// Inserts several tasks in one statement; ids come back in input order.
+    /// Every task is validated before anything is written.
+    fn enqueue_many(
+        &self,
+        conn: &mut Self::Conn,
+        tasks: Vec<Task>,
+    ) -> impl Future<Output = Result<Vec<TaskId>>> + Send;
+
+    /// Claims the task `id` if it is claimable now; otherwise says why not.
+    /// An expired task is marked failed by this call.
+    fn claim(
+        &self,
+        id: TaskId,
+        lease: &LeaseRequest,
+    ) -> impl Future<Output = Result<ClaimOutcome>> + Send;
+
+    /// Claims up to `limit` due tasks in id order, skipping rows other
+    /// workers hold. Expired tasks met on the way are marked failed and
+    /// returned with status `Failed`, so a round can count them.
+    fn claim_due(&self, request: &BatchRequest)
+    -> impl Future<Output = Result<Vec<Record>>> + Send;
+
+    /// Writes attempt results; each applies only under its fence. Returns how
+    /// many applied.
+    fn complete(&self, completions: &[Completion]) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Reads one task.
+    fn get(&self, id: TaskId) -> impl Future<Output = Result<Record>> + Send;
+}

@@ -1,0 +1,255 @@
+//! The state machine of DESIGN §4 as pure functions.
+//!
+//! Backends never decide a transition themselves: they read a [`TaskState`],
+//! ask these functions, and translate the answer into one conditional SQL
+//! statement whose `WHERE` clause re-checks the same rule, so a concurrent
+//! writer can never make a stale decision stick.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::{
+    Lease, RetryPolicy, Status, TaskId,
+    limits::{MAX_ERROR_BYTES, truncate_utf8},
+};
+
+/// The fields of a task row the rules depend on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskState {
+    /// Current status.
+    pub status: Status,
+    /// Attempts started.
+    pub attempts: i64,
+    /// Attempt limit.
+    pub max_attempts: Option<i32>,
+    /// Earliest next claim.
+    pub next_attempt_at: DateTime<Utc>,
+    /// Deadline.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Current claim.
+    pub lease: Option<Lease>,
+    /// End time, set exactly when the status is final.
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// Whether a task can be claimed now, and if not, why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Availability {
+    /// A worker may claim it.
+    Claimable,
+    /// Another worker's lease is live until `until`.
+    Leased {
+        /// End of the live lease.
+        until: DateTime<Utc>,
+    },
+    /// Past its deadline: claiming must mark it failed instead.
+    Expired,
+    /// Waiting for `at` (schedule or backoff).
+    NotDue {
+        /// Earliest claim.
+        at: DateTime<Utc>,
+    },
+    /// An older task with the same ordering key is not finished.
+    Blocked,
+    /// Already succeeded or failed.
+    Finished(Status),
+}
+
+/// Decides whether `state` may be claimed at `now`.
+///
+/// `blocked` says whether an older task with the same ordering key is still
+/// pending or failed. A live lease wins over expiry (its holder decides), and
+/// expiry wins over the schedule.
+pub fn availability(state: &TaskState, now: DateTime<Utc>, blocked: bool) -> Availability {
+    if state.status.is_finished() {
+        return Availability::Finished(state.status);
+    }
+    if let Some(lease) = &state.lease
+        && lease.expires_at > now
+    {
+        return Availability::Leased {
+            until: lease.expires_at,
+        };
+    }
+    if state.expires_at.is_some_and(|at| at <= now) {
+        return Availability::Expired;
+    }
+    if blocked {
+        return Availability::Blocked;
+    }
+    if state.next_attempt_at > now {
+        return Availability::NotDue {
+            at: state.next_attempt_at,
+        };
+    }
+    Availability::Claimable
+}
+
+/// Identifies one claim; a completion write applies only while it still matches.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Fence {
+    /// The task.
+    pub id: TaskId,
+    /// The claiming worker.
+    pub owner: String,
+    /// The attempt number the claim started (the row's `attempts` after the claim).
+    pub attempt: i64,
+}
+
+/// Claims `state` for `owner` until `now + lease`, starting the next attempt.
+pub fn claim(
+    state: &TaskState,
+    id: TaskId,
+    owner: &str,
+    now: DateTime<Utc>,
+    lease: Duration,
+    blocked: bool,
+) -> Result<(TaskState, Fence), Availability> {
+    match availability(state, now, blocked) {
+        Availability::Claimable => {
+            let attempt = state.attempts + 1;
+            let next = TaskState {
+                attempts: attempt,
+                lease: Some(Lease {
+                    owner: owner.to_owned(),
+                    expires_at: after(now, lease),
+                }),
+                ..state.clone()
+            };
+            let fence = Fence {
+                id,
+                owner: owner.to_owned(),
+                attempt,
+            };
+            Ok((next, fence))
+        }
+        other => Err(other),
+    }
+}
+
+/// Marks an expired task failed; `None` unless it is [`Availability::Expired`].
+pub fn expire(state: &TaskState, now: DateTime<Utc>) -> Option<TaskState> {
+    (availability(state, now, false) == Availability::Expired).then(|| TaskState {
+        status: Status::Failed,
+        lease: None,
+        finished_at: Some(now),
+        ..state.clone()
+    })
+}
+
+/// The `last_error` written when a task expires unsent.
+pub const EXPIRED_ERROR: &str = "expired before it could be sent";
+
+/// What one attempt came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The handler returned `Ok`.
+    Succeeded,
+    /// The handler failed, timed out or panicked; another attempt may help.
+    Retryable(String),
+    /// The handler failed in a way no retry can fix.
+    Permanent(String),
+    /// No handler is registered for the task. The task stays pending whatever
+    /// its attempt limit, so a deployment that adds the handler still gets it.
+    NoHandler(String),
+}
+
+/// The decided end of one attempt, ready to be written under its fence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    /// The claim this result belongs to.
+    pub fence: Fence,
+    /// The new status.
+    pub status: Status,
+    /// For a task staying pending: how long after the database's "now" it
+    /// becomes due again.
+    pub retry_in: Option<Duration>,
+    /// The new `last_error` (empty on success), already cut to 4 KiB;
+    /// `None` keeps the stored one (a released claim).
+    pub last_error: Option<String>,
+}
+
+/// Decides how an attempt ends: success, another try after a backoff, or failed.
+pub fn decide(
+    fence: Fence,
+    max_attempts: Option<i32>,
+    outcome: Outcome,
+    policy: &RetryPolicy,
+) -> Completion {
+    let exhausted = max_attempts.is_some_and(|max| fence.attempt >= i64::from(max));
+    let (status, error) = match outcome {
+        Outcome::Succeeded => (Status::Succeeded, String::new()),
+        Outcome::Permanent(error) => (Status::Failed, error),
+        Outcome::Retryable(error) if exhausted => (
+            Status::Failed,
+            format!("gave up after {} attempts: {error}", fence.attempt),
+        ),
+        Outcome::Retryable(error) | Outcome::NoHandler(error) => (Status::Pending, error),
+    };
+    let retry_in = (status == Status::Pending).then(|| policy.delay(fence.attempt));
+    Completion {
+        fence,
+        status,
+        retry_in,
+        last_error: Some(truncate_utf8(&error, MAX_ERROR_BYTES).to_owned()),
+    }
+}
+
+/// Gives back a claim whose handler never started: the task is due again at
+/// once, its `last_error` untouched. The claim still counts as an attempt, so
+/// `attempts` never decreases.
+pub fn release(fence: Fence) -> Completion {
+    Completion {
+        fence,
+        status: Status::Pending,
+        retry_in: Some(Duration::ZERO),
+        last_error: None,
+    }
+}
+
+/// Applies `completion` to `state`; `None` when the fence is stale (the lease
+/// was taken over, or the task is no longer pending), which changes nothing.
+pub fn complete(
+    state: &TaskState,
+    completion: &Completion,
+    now: DateTime<Utc>,
+) -> Option<TaskState> {
+    let fence = &completion.fence;
+    let current = state.status == Status::Pending
+        && state.attempts == fence.attempt
+        && state
+            .lease
+            .as_ref()
+            .is_some_and(|lease| lease.owner == fence.owner);
+    current.then(|| TaskState {
+        status: completion.status,
+        lease: None,
+        next_attempt_at: match completion.retry_in {
+            Some(delay) => after(now, delay),
+            None => state.next_attempt_at,
+        },
+        finished_at: completion.status.is_finished().then_some(now),
+        ..state.clone()
+    })
+}
+
+/// Gives a failed task another chance: pending and due now, attempts kept.
+/// `None` unless the task is failed.
+pub fn requeue(state: &TaskState, now: DateTime<Utc>) -> Option<TaskState> {
+    (state.status == Status::Failed).then(|| TaskState {
+        status: Status::Pending,
+        next_attempt_at: now,
+        lease: None,
+        finished_at: None,
+        ..state.clone()
+    })
+}
+
+/// `now + delay`, saturating at the largest representable instant.
+pub fn after(now: DateTime<Utc>, delay: Duration) -> DateTime<Utc> {
+    chrono::TimeDelta::from_std(delay)
+        .ok()
+        .and_then(|delta| now.checked_add_signed(delta))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}

@@ -1,0 +1,170 @@
+//! The [`Worker`]: `send` right after commit, `send_async`, and `retry_pending`.
+
+use std::sync::Arc;
+
+use tokio::{runtime::Handle, task::JoinHandle};
+
+use crate::{
+    ClaimOutcome, Error, LeaseRequest, Record, Registry, Result, Status, Store, TaskId,
+    WorkerConfig,
+    attempt::run_handler,
+    transition::{self, Completion, Outcome},
+};
+
+/// Sends tasks through the registered handlers.
+///
+/// Cheap to clone; clones share the store, the registry and the runtime handle
+/// captured when the worker was built.
+#[derive(Debug)]
+pub struct Worker<S> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S> Clone for Worker<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Inner<S> {
+    store: S,
+    registry: Registry,
+    config: WorkerConfig,
+    runtime: Handle,
+}
+
+impl<S: Store> Worker<S> {
+    /// A worker with the default [`WorkerConfig`].
+    ///
+    /// Must be called inside a tokio runtime: `send_async` spawns onto it.
+    pub fn new(store: S, registry: Registry) -> Result<Self> {
+        Self::with_config(store, registry, WorkerConfig::default())
+    }
+
+    /// A worker with explicit settings, validated here.
+    pub fn with_config(store: S, registry: Registry, config: WorkerConfig) -> Result<Self> {
+        config.validate()?;
+        let runtime = Handle::try_current().map_err(|_| Error::Config {
+            field: "runtime",
+            reason: "a worker must be built inside a tokio runtime".into(),
+        })?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store,
+                registry,
+                config,
+                runtime,
+            }),
+        })
+    }
+
+    /// The store this worker claims from.
+    pub fn store(&self) -> &S {
+        &self.inner.store
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &WorkerConfig {
+        &self.inner.config
+    }
+
+    pub(crate) fn lease_request(&self) -> LeaseRequest {
+        LeaseRequest {
+            owner: self.inner.config.owner.clone(),
+            duration: self.inner.config.lease_duration,
+        }
+    }
+
+    /// One attempt now; call it after the enqueuing transaction committed.
+    ///
+    /// `Ok` when the handler succeeded, or when the task had already
+    /// succeeded (the handler is not called again). Otherwise the error says
+    /// why: [`Error::Busy`], [`Error::NotDue`], [`Error::Blocked`],
+    /// [`Error::Expired`], [`Error::Failed`], [`Error::NotFound`],
+    /// [`Error::NoHandler`] or [`Error::Handler`]. A failed attempt is
+    /// recorded on the task and retried later by `retry_pending` or a relay.
+    pub async fn send(&self, id: TaskId) -> Result<()> {
+        let record = match self.inner.store.claim(id, &self.lease_request()).await? {
+            ClaimOutcome::Claimed(record) => record,
+            ClaimOutcome::Finished(Status::Succeeded) => return Ok(()),
+            ClaimOutcome::Finished(_) => return Err(Error::Failed(id)),
+            ClaimOutcome::Expired => return Err(Error::Expired(id)),
+            ClaimOutcome::NotFound => return Err(Error::NotFound(id)),
+            ClaimOutcome::Leased { until } => return Err(Error::Busy { id, until }),
+            ClaimOutcome::NotDue { at } => return Err(Error::NotDue { id, at }),
+            ClaimOutcome::Blocked => return Err(Error::Blocked { id }),
+        };
+        let attempt = record.attempts;
+        let key = crate::HandlerKey::new(record.task.kind.clone(), record.task.version);
+        let (completion, outcome) = self.attempt(record).await;
+        self.write(std::slice::from_ref(&completion)).await?;
+        match outcome {
+            Outcome::Succeeded => Ok(()),
+            Outcome::NoHandler(_) => Err(Error::NoHandler { id, key }),
+            Outcome::Retryable(_) | Outcome::Permanent(_) => Err(Error::Handler {
+                id,
+                attempt,
+                will_retry: completion.status == Status::Pending,
+                message: completion.last_error.unwrap_or_default(),
+            }),
+        }
+    }
+
+    /// Spawns [`send`](Worker::send) on the worker's runtime and returns at once.
+    ///
+    /// The attempt has its own handler timeout, independent of the caller's
+    /// request; a failure is logged and left for the relay or the next
+    /// `retry_pending`. Awaiting the handle is optional.
+    pub fn send_async(&self, id: TaskId) -> JoinHandle<Result<()>> {
+        let worker = self.clone();
+        self.inner.runtime.spawn(async move {
+            let result = worker.send(id).await;
+            if let Err(error) = &result {
+                tracing::warn!(task_id = id.get(), %error, "asynchronous send did not deliver");
+            }
+            result
+        })
+    }
+
+    /// Runs the handler for a claimed record and decides the completion.
+    pub(crate) async fn attempt(&self, record: Record) -> (Completion, Outcome) {
+        let fence = transition::Fence {
+            id: record.id,
+            owner: self.inner.config.owner.clone(),
+            attempt: record.attempts,
+        };
+        let max_attempts = record.task.max_attempts;
+        let outcome = run_handler(
+            &self.inner.registry,
+            record,
+            self.inner.config.handler_timeout,
+        )
+        .await;
+        let completion = transition::decide(
+            fence,
+            max_attempts,
+            outcome.clone(),
+            &self.inner.config.retry,
+        );
+        (completion, outcome)
+    }
+
+    /// Writes completions; a fenced-out write is logged, not an error.
+    pub(crate) async fn write(&self, completions: &[Completion]) -> Result<u64> {
+        if completions.is_empty() {
+            return Ok(0);
+        }
+        let applied = self.inner.store.complete(completions).await?;
+        let stale = completions.len() as u64 - applied.min(completions.len() as u64);
+        if stale > 0 {
+            tracing::warn!(
+                stale,
+                "completion writes lost their lease to another worker and changed nothing"
+            );
+        }
+        Ok(applied)
+    }
+}
