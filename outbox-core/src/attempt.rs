@@ -31,7 +31,9 @@ pub(crate) async fn run_handler(registry: &Registry, record: Record, timeout: Du
             Ok(Ok(Ok(()))) => Outcome::Succeeded,
             Ok(Ok(Err(error))) if error.is_permanent() => Outcome::Permanent(error.to_string()),
             Ok(Ok(Err(error))) => Outcome::Retryable(error.to_string()),
-            Ok(Err(panic)) => Outcome::Retryable(format!("handler panicked: {}", panic_text(&*panic))),
+            Ok(Err(panic)) => {
+                Outcome::Retryable(format!("handler panicked: {}", panic_text(&*panic)))
+            }
             Err(_) => Outcome::Retryable(format!("handler timed out after {timeout:?}")),
         }
     }

@@ -1,6 +1,10 @@
 //! The handler table: [`Registry`], built once, duplicates rejected.
 
-use std::{collections::HashMap, fmt, sync::Arc};
+use std::{
+    collections::{HashMap, hash_map::Entry},
+    fmt,
+    sync::Arc,
+};
 
 use crate::{Error, Handler, HandlerKey, Result};
 
@@ -74,17 +78,14 @@ pub struct RegistryBuilder {
 
 impl RegistryBuilder {
     /// Registers `handler` for `kind` at `version`.
-    pub fn handler(
-        mut self,
-        kind: impl Into<String>,
-        version: i32,
-        handler: impl Handler,
-    ) -> Self {
-        let key = HandlerKey::new(kind, version);
-        if self.handlers.contains_key(&key) {
-            self.duplicate.get_or_insert(key);
-        } else {
-            self.handlers.insert(key, Arc::new(handler));
+    pub fn handler(mut self, kind: impl Into<String>, version: i32, handler: impl Handler) -> Self {
+        match self.handlers.entry(HandlerKey::new(kind, version)) {
+            Entry::Occupied(entry) => {
+                self.duplicate.get_or_insert_with(|| entry.key().clone());
+            }
+            Entry::Vacant(entry) => {
+                entry.insert(Arc::new(handler));
+            }
         }
         self
     }

@@ -18,7 +18,7 @@ pub struct LeaseRequest {
 pub enum ClaimOutcome {
     /// Claimed: the record as it stands after the claim (attempts incremented,
     /// lease set to the caller).
-    Claimed(Record),
+    Claimed(Box<Record>),
     /// It was past `expires_at`; the claim marked it failed.
     Expired,
     /// No such task.
@@ -65,8 +65,11 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// a transaction and with [`Error::InvalidArgument`](crate::Error::InvalidArgument)
     /// for a bad task; in both cases nothing is written. A `dedup_key` already
     /// in the table returns the existing task's id.
-    fn enqueue(&self, conn: &mut Self::Conn, task: Task)
-    -> impl Future<Output = Result<TaskId>> + Send;
+    fn enqueue(
+        &self,
+        conn: &mut Self::Conn,
+        task: Task,
+    ) -> impl Future<Output = Result<TaskId>> + Send;
 
     /// Inserts several tasks in one statement; ids come back in input order.
     /// Every task is validated before anything is written.

@@ -225,7 +225,10 @@ mod tests {
     fn names_each_bad_field() {
         let ok = Task::new("k", 1, b"{}".to_vec());
         assert_eq!(field_of(&Task::new("", 1, vec![])), Some("kind"));
-        assert_eq!(field_of(&Task::new("k".repeat(65), 1, vec![])), Some("kind"));
+        assert_eq!(
+            field_of(&Task::new("k".repeat(65), 1, vec![])),
+            Some("kind")
+        );
         assert_eq!(field_of(&Task::new("k", 0, vec![])), Some("version"));
         assert_eq!(field_of(&Task::new("k", -3, vec![])), Some("version"));
         assert_eq!(
@@ -239,7 +242,9 @@ mod tests {
         );
         assert_eq!(field_of(&ok.clone().max_attempts(0)), Some("max_attempts"));
         assert_eq!(field_of(&ok.clone().header("", "v")), Some("headers"));
-        let many: Headers = (0..=MAX_HEADERS).map(|i| (i.to_string(), String::new())).collect();
+        let many: Headers = (0..=MAX_HEADERS)
+            .map(|i| (i.to_string(), String::new()))
+            .collect();
         assert_eq!(field_of(&ok.clone().headers(many)), Some("headers"));
         assert_eq!(
             field_of(&ok.header("big", "v".repeat(MAX_HEADERS_BYTES))),

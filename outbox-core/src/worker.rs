@@ -88,7 +88,7 @@ impl<S: Store> Worker<S> {
     /// recorded on the task and retried later by `retry_pending` or a relay.
     pub async fn send(&self, id: TaskId) -> Result<()> {
         let record = match self.inner.store.claim(id, &self.lease_request()).await? {
-            ClaimOutcome::Claimed(record) => record,
+            ClaimOutcome::Claimed(record) => *record,
             ClaimOutcome::Finished(Status::Succeeded) => return Ok(()),
             ClaimOutcome::Finished(_) => return Err(Error::Failed(id)),
             ClaimOutcome::Expired => return Err(Error::Expired(id)),
