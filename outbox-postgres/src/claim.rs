@@ -1,0 +1,165 @@
+//! Claims: one task by id for `send`, and due batches with `SKIP LOCKED`.
+//!
+//! Each statement's `WHERE` clause is the SQL form of
+//! [`transition::availability`]: pending, lease free or lapsed, not expired,
+//! due, and no unfinished older task with the same ordering key. When a claim
+//! by id matches nothing, the row is read back and the pure function says why.
+
+use chrono::{DateTime, Utc};
+use diesel::{
+    prelude::*,
+    sql_types::{BigInt, Bool, Text, Timestamptz},
+};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use outbox_core::{
+    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, TaskId,
+    transition::{self, Availability, EXPIRED_ERROR},
+};
+
+use crate::{query::micros, row::TaskRow};
+
+/// "No older task with my ordering key is unfinished", for the row `t`.
+const NOT_BLOCKED: &str = "(t.ordering_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM outbox_tasks o
+        WHERE o.ordering_key = t.ordering_key AND o.id < t.id AND o.status <> 'succeeded'))";
+
+fn claim_one_sql() -> String {
+    format!(
+        "UPDATE outbox_tasks t
+         SET attempts = t.attempts + 1, lease_owner = $2,
+             lease_expires_at = now() + $3 * interval '1 microsecond', updated_at = now()
+         WHERE t.id = $1 AND t.status = 'pending' AND t.next_attempt_at <= now()
+           AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
+           AND (t.expires_at IS NULL OR t.expires_at > now())
+           AND {NOT_BLOCKED}
+         RETURNING t.*"
+    )
+}
+
+fn inspect_sql() -> String {
+    format!(
+        "SELECT t.*, now() AS db_now, NOT {NOT_BLOCKED} AS blocked
+         FROM outbox_tasks t WHERE t.id = $1"
+    )
+}
+
+const EXPIRE_ONE: &str = "\
+UPDATE outbox_tasks
+SET status = 'failed', finished_at = now(), updated_at = now(), last_error = $2,
+    lease_owner = NULL, lease_expires_at = NULL
+WHERE id = $1 AND status = 'pending' AND expires_at <= now()
+  AND (lease_expires_at IS NULL OR lease_expires_at <= now())";
+
+#[derive(QueryableByName)]
+struct Inspected {
+    #[diesel(embed)]
+    task: TaskRow,
+    #[diesel(sql_type = Timestamptz)]
+    db_now: DateTime<Utc>,
+    #[diesel(sql_type = Bool)]
+    blocked: bool,
+}
+
+/// Claims task `id` for `lease`, or says why it cannot be claimed now.
+pub(crate) async fn one(
+    conn: &mut AsyncPgConnection,
+    id: TaskId,
+    lease: &LeaseRequest,
+) -> Result<ClaimOutcome> {
+    // Each pass either claims, or reads the row and acts on what the rules say;
+    // a pass repeats only when a concurrent writer changed the row in between.
+    for _ in 0..3 {
+        let claimed: Option<TaskRow> = diesel::sql_query(claim_one_sql())
+            .bind::<BigInt, _>(id.get())
+            .bind::<Text, _>(&lease.owner)
+            .bind::<BigInt, _>(micros(lease.duration))
+            .get_result(conn)
+            .await
+            .optional()
+            .map_err(Error::database)?;
+        if let Some(row) = claimed {
+            return Ok(ClaimOutcome::Claimed(Box::new(Record::try_from(row)?)));
+        }
+        let inspected: Option<Inspected> = diesel::sql_query(inspect_sql())
+            .bind::<BigInt, _>(id.get())
+            .get_result(conn)
+            .await
+            .optional()
+            .map_err(Error::database)?;
+        let Some(inspected) = inspected else {
+            return Ok(ClaimOutcome::NotFound);
+        };
+        let record = Record::try_from(inspected.task)?;
+        match transition::availability(&record.state(), inspected.db_now, inspected.blocked) {
+            Availability::Claimable => continue,
+            Availability::Expired => {
+                let expired = diesel::sql_query(EXPIRE_ONE)
+                    .bind::<BigInt, _>(id.get())
+                    .bind::<Text, _>(EXPIRED_ERROR)
+                    .execute(conn)
+                    .await
+                    .map_err(Error::database)?;
+                if expired == 1 {
+                    return Ok(ClaimOutcome::Expired);
+                }
+            }
+            Availability::Leased { until } => return Ok(ClaimOutcome::Leased { until }),
+            Availability::NotDue { at } => return Ok(ClaimOutcome::NotDue { at }),
+            Availability::Blocked => return Ok(ClaimOutcome::Blocked),
+            Availability::Finished(status) => return Ok(ClaimOutcome::Finished(status)),
+        }
+    }
+    // Still contended after three passes: someone else is working on it.
+    let until = transition::after(Utc::now(), lease.duration);
+    Ok(ClaimOutcome::Leased { until })
+}
+
+fn claim_due_sql() -> String {
+    format!(
+        "WITH due AS (
+             SELECT t.id FROM outbox_tasks t
+             WHERE t.status = 'pending' AND t.id > $1 AND t.next_attempt_at <= now()
+               AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
+               AND {NOT_BLOCKED}
+             ORDER BY t.id
+             LIMIT $2
+             FOR UPDATE SKIP LOCKED
+         )
+         UPDATE outbox_tasks t SET
+             status = CASE WHEN t.expires_at <= now() THEN 'failed' ELSE 'pending' END,
+             finished_at = CASE WHEN t.expires_at <= now() THEN now() END,
+             last_error = CASE WHEN t.expires_at <= now() THEN $5 ELSE t.last_error END,
+             attempts = CASE WHEN t.expires_at <= now() THEN t.attempts ELSE t.attempts + 1 END,
+             lease_owner = CASE WHEN t.expires_at <= now() THEN NULL ELSE $3 END,
+             lease_expires_at = CASE WHEN t.expires_at <= now() THEN NULL
+                                     ELSE now() + $4 * interval '1 microsecond' END,
+             updated_at = now()
+         FROM due WHERE t.id = due.id
+         RETURNING t.*"
+    )
+}
+
+/// Claims up to `request.limit` due tasks after the cursor, in id order.
+/// Expired tasks met on the way come back already failed.
+pub(crate) async fn due(
+    conn: &mut AsyncPgConnection,
+    request: &BatchRequest,
+) -> Result<Vec<Record>> {
+    let limit =
+        i64::try_from(request.limit).map_err(|_| Error::invalid("batch_size", "too large"))?;
+    let rows: Vec<TaskRow> = diesel::sql_query(claim_due_sql())
+        .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
+        .bind::<BigInt, _>(limit)
+        .bind::<Text, _>(&request.lease.owner)
+        .bind::<BigInt, _>(micros(request.lease.duration))
+        .bind::<Text, _>(EXPIRED_ERROR)
+        .load(conn)
+        .await
+        .map_err(Error::database)?;
+    let mut records = rows
+        .into_iter()
+        .map(Record::try_from)
+        .collect::<Result<Vec<_>>>()?;
+    records.sort_by_key(|record| record.id);
+    Ok(records)
+}

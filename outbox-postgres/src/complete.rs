@@ -1,0 +1,73 @@
+//! Fenced completion writes: one statement for a whole batch of results.
+
+use diesel::sql_types::{Array, BigInt, Nullable, Text};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use outbox_core::{Error, Result, transition::Completion};
+
+use crate::query::micros;
+
+/// Applies each result only while `id`, `lease_owner` and `attempts` still
+/// match its claim ([`outbox_core::transition::complete`] in SQL).
+const COMPLETE: &str = "\
+UPDATE outbox_tasks t SET
+    status = c.status,
+    next_attempt_at = CASE WHEN c.status = 'pending'
+                           THEN now() + c.retry_us * interval '1 microsecond'
+                           ELSE t.next_attempt_at END,
+    last_error = COALESCE(c.last_error, t.last_error),
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    finished_at = CASE WHEN c.status = 'pending' THEN NULL ELSE now() END,
+    updated_at = now()
+FROM unnest($1::int8[], $2::text[], $3::int8[], $4::text[], $5::int8[], $6::text[])
+     AS c(id, owner, attempt, status, retry_us, last_error)
+WHERE t.id = c.id AND t.lease_owner = c.owner AND t.attempts = c.attempt
+  AND t.status = 'pending'";
+
+/// Writes `completions`; returns how many were still current and applied.
+pub(crate) async fn write(conn: &mut AsyncPgConnection, completions: &[Completion]) -> Result<u64> {
+    if completions.is_empty() {
+        return Ok(0);
+    }
+    let applied = diesel::sql_query(COMPLETE)
+        .bind::<Array<BigInt>, _>(
+            completions
+                .iter()
+                .map(|c| c.fence.id.get())
+                .collect::<Vec<_>>(),
+        )
+        .bind::<Array<Text>, _>(
+            completions
+                .iter()
+                .map(|c| c.fence.owner.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind::<Array<BigInt>, _>(
+            completions
+                .iter()
+                .map(|c| c.fence.attempt)
+                .collect::<Vec<_>>(),
+        )
+        .bind::<Array<Text>, _>(
+            completions
+                .iter()
+                .map(|c| c.status.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind::<Array<BigInt>, _>(
+            completions
+                .iter()
+                .map(|c| c.retry_in.map_or(0, micros))
+                .collect::<Vec<_>>(),
+        )
+        .bind::<Array<Nullable<Text>>, _>(
+            completions
+                .iter()
+                .map(|c| c.last_error.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .execute(conn)
+        .await
+        .map_err(Error::database)?;
+    Ok(applied as u64)
+}

@@ -1,0 +1,214 @@
+//! `enqueue` and `enqueue_many`: inserts inside the caller's transaction.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use diesel::{
+    prelude::*,
+    sql_types::{Array, BigInt, Bool, Bytea, Integer, Jsonb, Nullable, Text, Timestamptz},
+};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, TransactionManager};
+use outbox_core::{Error, Result, Task, TaskId};
+
+use crate::{schema::outbox_tasks, timestamp};
+
+/// Fails with [`Error::NotTransaction`] unless `conn` is inside a transaction
+/// opened through diesel-async (`conn.transaction(...)`).
+pub(crate) fn require_transaction(conn: &mut AsyncPgConnection) -> Result<()> {
+    let status =
+        <AsyncPgConnection as AsyncConnection>::TransactionManager::transaction_manager_status_mut(
+            conn,
+        );
+    match status.transaction_depth() {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(Error::NotTransaction),
+        Err(e) => Err(Error::database(e)),
+    }
+}
+
+/// Validates `task` completely, including the column range of its instants.
+fn check(task: &Task) -> Result<serde_json::Value> {
+    task.validate()?;
+    timestamp::check("expires_at", task.expires_at)?;
+    timestamp::check("not_before", task.not_before)?;
+    serde_json::to_value(&task.headers).map_err(|e| Error::invalid("headers", e.to_string()))
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = outbox_tasks)]
+struct NewTask<'a> {
+    kind: &'a str,
+    version: i32,
+    payload: &'a [u8],
+    headers: serde_json::Value,
+    ordering_key: Option<&'a str>,
+    dedup_key: Option<&'a str>,
+    max_attempts: Option<i32>,
+    next_attempt_at: Option<DateTime<Utc>>,
+    expires_at: Option<DateTime<Utc>>,
+}
+
+/// Inserts one task; a `dedup_key` already present returns the existing id.
+pub(crate) async fn one(conn: &mut AsyncPgConnection, task: Task) -> Result<TaskId> {
+    require_transaction(conn)?;
+    let headers = check(&task)?;
+    let row = NewTask {
+        kind: &task.kind,
+        version: task.version,
+        payload: &task.payload,
+        headers,
+        ordering_key: task.ordering_key.as_deref(),
+        dedup_key: task.dedup_key.as_deref(),
+        max_attempts: task.max_attempts,
+        next_attempt_at: task.not_before,
+        expires_at: task.expires_at,
+    };
+    // A dedup key held by a row that is purged between our conflict and our
+    // lookup frees the key again, so a second insert settles it.
+    for _ in 0..3 {
+        let inserted = diesel::insert_into(outbox_tasks::table)
+            .values(&row)
+            .on_conflict(outbox_tasks::dedup_key)
+            .do_nothing()
+            .returning(outbox_tasks::id)
+            .get_result::<i64>(conn)
+            .await
+            .optional()
+            .map_err(Error::database)?;
+        if let Some(id) = inserted {
+            return Ok(TaskId::new(id));
+        }
+        let Some(key) = row.dedup_key else {
+            return Err(Error::database("insert returned no id"));
+        };
+        if let Some(id) = existing(conn, key).await? {
+            return Ok(id);
+        }
+    }
+    Err(Error::database(
+        "dedup_key kept conflicting with rows that vanished",
+    ))
+}
+
+/// Inserts many tasks in one statement. Ids are drawn from the table's
+/// sequence inside the statement, so each input row knows its own id whatever
+/// order PostgreSQL inserts in; rows skipped for a held `dedup_key` are then
+/// resolved to the existing ids.
+const INSERT_MANY: &str = "\
+WITH input AS MATERIALIZED (
+    SELECT nextval(pg_get_serial_sequence('outbox_tasks', 'id')) AS id, i.*
+    FROM unnest($1::text[], $2::int4[], $3::bytea[], $4::jsonb[], $5::text[], $6::text[],
+                $7::int4[], $8::timestamptz[], $9::timestamptz[])
+         WITH ORDINALITY AS i(kind, version, payload, headers, ordering_key, dedup_key,
+                              max_attempts, next_attempt_at, expires_at, ord)
+), inserted AS (
+    INSERT INTO outbox_tasks (id, kind, version, payload, headers, ordering_key, dedup_key,
+                              max_attempts, next_attempt_at, expires_at)
+    SELECT id, kind, version, payload, headers, ordering_key, dedup_key,
+           max_attempts, COALESCE(next_attempt_at, now()), expires_at
+    FROM input ORDER BY ord
+    ON CONFLICT (dedup_key) DO NOTHING
+    RETURNING id
+)
+SELECT input.id, input.dedup_key, inserted.id IS NOT NULL AS inserted
+FROM input LEFT JOIN inserted ON inserted.id = input.id
+ORDER BY input.ord";
+
+#[derive(QueryableByName)]
+struct Inserted {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    dedup_key: Option<String>,
+    #[diesel(sql_type = Bool)]
+    inserted: bool,
+}
+
+/// Inserts `tasks` in one statement and returns their ids in input order.
+pub(crate) async fn many(conn: &mut AsyncPgConnection, tasks: Vec<Task>) -> Result<Vec<TaskId>> {
+    require_transaction(conn)?;
+    if tasks.is_empty() {
+        return Ok(Vec::new());
+    }
+    let headers = tasks.iter().map(check).collect::<Result<Vec<_>>>()?;
+    let rows: Vec<Inserted> = diesel::sql_query(INSERT_MANY)
+        .bind::<Array<Text>, _>(tasks.iter().map(|t| t.kind.as_str()).collect::<Vec<_>>())
+        .bind::<Array<Integer>, _>(tasks.iter().map(|t| t.version).collect::<Vec<_>>())
+        .bind::<Array<Bytea>, _>(
+            tasks
+                .iter()
+                .map(|t| t.payload.as_slice())
+                .collect::<Vec<_>>(),
+        )
+        .bind::<Array<Jsonb>, _>(headers)
+        .bind::<Array<Nullable<Text>>, _>(
+            tasks
+                .iter()
+                .map(|t| t.ordering_key.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind::<Array<Nullable<Text>>, _>(
+            tasks
+                .iter()
+                .map(|t| t.dedup_key.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind::<Array<Nullable<Integer>>, _>(
+            tasks.iter().map(|t| t.max_attempts).collect::<Vec<_>>(),
+        )
+        .bind::<Array<Nullable<Timestamptz>>, _>(
+            tasks.iter().map(|t| t.not_before).collect::<Vec<_>>(),
+        )
+        .bind::<Array<Nullable<Timestamptz>>, _>(
+            tasks.iter().map(|t| t.expires_at).collect::<Vec<_>>(),
+        )
+        .load(conn)
+        .await
+        .map_err(Error::database)?;
+    if rows.len() != tasks.len() {
+        return Err(Error::database(format!(
+            "inserted {} rows for {} tasks",
+            rows.len(),
+            tasks.len()
+        )));
+    }
+    let skipped: Vec<&str> = rows
+        .iter()
+        .filter(|row| !row.inserted)
+        .filter_map(|row| row.dedup_key.as_deref())
+        .collect();
+    let held: HashMap<String, i64> = if skipped.is_empty() {
+        HashMap::new()
+    } else {
+        outbox_tasks::table
+            .filter(outbox_tasks::dedup_key.eq_any(&skipped))
+            .select((outbox_tasks::dedup_key.assume_not_null(), outbox_tasks::id))
+            .load::<(String, i64)>(conn)
+            .await
+            .map_err(Error::database)?
+            .into_iter()
+            .collect()
+    };
+    let mut ids = Vec::with_capacity(rows.len());
+    for (row, task) in rows.into_iter().zip(tasks) {
+        let held_id = row.dedup_key.as_ref().and_then(|key| held.get(key));
+        ids.push(match (row.inserted, held_id) {
+            (true, _) => TaskId::new(row.id),
+            (false, Some(&id)) => TaskId::new(id),
+            // The holder was purged meanwhile, or the row had no key at all.
+            (false, None) => one(conn, task).await?,
+        });
+    }
+    Ok(ids)
+}
+
+async fn existing(conn: &mut AsyncPgConnection, key: &str) -> Result<Option<TaskId>> {
+    outbox_tasks::table
+        .filter(outbox_tasks::dedup_key.eq(key))
+        .select(outbox_tasks::id)
+        .first::<i64>(conn)
+        .await
+        .optional()
+        .map(|id| id.map(TaskId::new))
+        .map_err(Error::database)
+}

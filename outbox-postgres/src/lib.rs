@@ -1,0 +1,59 @@
+//! The transactional outbox on PostgreSQL, with diesel-async.
+//!
+//! Enqueue a task in the same transaction as your business rows; after commit,
+//! send it; anything that fails is retried by a later round, on one instance
+//! or many, and nothing committed is ever lost.
+//!
+//! ```no_run
+//! use diesel_async::{AsyncConnection, AsyncPgConnection};
+//! use outbox_postgres::{run_migrations, PgStore};
+//! use outbox_postgres::outbox::{handler_fn, Delivery, Registry, Store, Task, Worker};
+//!
+//! # async fn demo() -> anyhow::Result<()> {
+//! let url = "postgres://postgres@127.0.0.1:5432/shop";
+//! let mut conn = AsyncPgConnection::establish(url).await?;
+//! run_migrations(&mut conn).await?;
+//!
+//! let store = PgStore::connect(url, 8)?;
+//! let registry = Registry::builder()
+//!     .handler("order.created", 1, handler_fn(|delivery: Delivery| async move {
+//!         println!("publish order {}", delivery.id);
+//!         Ok(())
+//!     }))
+//!     .build()?;
+//! let worker = Worker::new(store.clone(), registry)?;
+//!
+//! let id = conn
+//!     .transaction::<_, anyhow::Error, _>(async |tx| {
+//!         // ... insert the order row with diesel here ...
+//!         let task = Task::json("order.created", 1, &serde_json::json!({ "order": 42 }))?;
+//!         Ok(store.enqueue(tx, task).await?)
+//!     })
+//!     .await?;
+//! worker.send_async(id); // after commit; a failure is retried later
+//!
+//! // Elsewhere, periodically, on any number of instances:
+//! worker.retry_pending(100).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The table, its indexes and their reasons are in `migrations/`; apply them
+//! with [`run_migrations`] (or `cargo xtask migrate`). Times are
+//! `TIMESTAMPTZ(6)` instants on the database clock (see [`timestamp`]).
+
+mod claim;
+mod complete;
+mod enqueue;
+mod migrate;
+mod query;
+mod row;
+pub mod schema;
+mod store;
+pub mod timestamp;
+
+/// The backend-free core, re-exported so one dependency is enough.
+pub use outbox_core as outbox;
+
+pub use migrate::{MIGRATIONS, revert_migrations, run_migrations};
+pub use store::PgStore;

@@ -1,0 +1,43 @@
+//! The diesel schema of `outbox_tasks` on PostgreSQL.
+
+diesel::table! {
+    /// The outbox table (DESIGN §3).
+    outbox_tasks (id) {
+        /// Task id.
+        id -> Int8,
+        /// Handler selector.
+        kind -> Varchar,
+        /// Payload protocol version.
+        version -> Int4,
+        /// Payload bytes.
+        payload -> Bytea,
+        /// String headers as a JSON object.
+        headers -> Jsonb,
+        /// Ordering key.
+        ordering_key -> Nullable<Varchar>,
+        /// Idempotency key.
+        dedup_key -> Nullable<Varchar>,
+        /// `pending`, `succeeded` or `failed`.
+        status -> Text,
+        /// Attempts started.
+        attempts -> Int8,
+        /// Attempt limit.
+        max_attempts -> Nullable<Int4>,
+        /// Earliest next claim.
+        next_attempt_at -> Timestamptz,
+        /// Claiming worker.
+        lease_owner -> Nullable<Text>,
+        /// End of the claim.
+        lease_expires_at -> Nullable<Timestamptz>,
+        /// Deadline.
+        expires_at -> Nullable<Timestamptz>,
+        /// Latest failure.
+        last_error -> Text,
+        /// Insert time.
+        created_at -> Timestamptz,
+        /// Last change.
+        updated_at -> Timestamptz,
+        /// End time.
+        finished_at -> Nullable<Timestamptz>,
+    }
+}

@@ -1,0 +1,103 @@
+//! [`PgStore`]: the PostgreSQL implementation of the outbox [`Store`].
+
+use std::time::Duration;
+
+use diesel_async::{
+    AsyncPgConnection,
+    pooled_connection::{
+        AsyncDieselConnectionManager,
+        deadpool::{Object, Pool},
+    },
+};
+use outbox_core::{
+    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Store, Task, TaskId,
+    transition::Completion,
+};
+
+use crate::{claim, complete, enqueue, query};
+
+/// The outbox on PostgreSQL, over a deadpool pool of diesel-async connections.
+///
+/// `enqueue` runs on the caller's connection inside the caller's transaction;
+/// claims and completion writes take short-lived connections from the pool
+/// and never hold a row lock while a handler runs.
+#[derive(Clone)]
+pub struct PgStore {
+    pool: Pool<AsyncPgConnection>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("pool", &self.pool.status())
+            .finish()
+    }
+}
+
+impl PgStore {
+    /// A store over an existing pool (share the application's pool, or give
+    /// the outbox its own).
+    pub fn new(pool: Pool<AsyncPgConnection>) -> Self {
+        Self { pool }
+    }
+
+    /// A store with its own pool of up to `max_size` connections to
+    /// `database_url`, failing fast (5 s) when the server is unreachable.
+    pub fn connect(database_url: &str, max_size: usize) -> Result<Self> {
+        let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(database_url);
+        let pool = Pool::builder(manager)
+            .max_size(max_size)
+            .runtime(deadpool::Runtime::Tokio1)
+            .create_timeout(Some(Duration::from_secs(5)))
+            .wait_timeout(Some(Duration::from_secs(5)))
+            .build()
+            .map_err(|e| Error::Config {
+                field: "database_url",
+                reason: e.to_string(),
+            })?;
+        Ok(Self::new(pool))
+    }
+
+    /// The pool the store claims and completes on.
+    pub fn pool(&self) -> &Pool<AsyncPgConnection> {
+        &self.pool
+    }
+
+    pub(crate) async fn conn(&self) -> Result<Object<AsyncPgConnection>> {
+        self.pool.get().await.map_err(Error::database)
+    }
+}
+
+impl Store for PgStore {
+    type Conn = AsyncPgConnection;
+
+    async fn enqueue(&self, conn: &mut AsyncPgConnection, task: Task) -> Result<TaskId> {
+        enqueue::one(conn, task).await
+    }
+
+    async fn enqueue_many(
+        &self,
+        conn: &mut AsyncPgConnection,
+        tasks: Vec<Task>,
+    ) -> Result<Vec<TaskId>> {
+        enqueue::many(conn, tasks).await
+    }
+
+    async fn claim(&self, id: TaskId, lease: &LeaseRequest) -> Result<ClaimOutcome> {
+        claim::one(&mut *self.conn().await?, id, lease).await
+    }
+
+    async fn claim_due(&self, request: &BatchRequest) -> Result<Vec<Record>> {
+        claim::due(&mut *self.conn().await?, request).await
+    }
+
+    async fn complete(&self, completions: &[Completion]) -> Result<u64> {
+        complete::write(&mut *self.conn().await?, completions).await
+    }
+
+    async fn get(&self, id: TaskId) -> Result<Record> {
+        query::get(&mut *self.conn().await?, id)
+            .await?
+            .ok_or(Error::NotFound(id))
+    }
+}
