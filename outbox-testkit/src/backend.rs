@@ -1,0 +1,31 @@
+//! [`TestBackend`]: what the conformance suite needs from a backend's test database.
+
+use std::future::Future;
+
+use diesel_async::AsyncConnection;
+use outbox_core::Store;
+
+/// An isolated, migrated database of one backend, created per test.
+///
+/// Implemented by [`PgTestDb`](crate::postgres::PgTestDb) (feature `postgres`).
+/// Dropping it drops the database, unless the test is panicking: then the
+/// database is kept for inspection and its name is printed.
+pub trait TestBackend: Sized + Send + Sync + 'static {
+    /// The store under test.
+    type Store: Store<Conn = Self::Conn>;
+    /// The backend's diesel-async connection.
+    type Conn: AsyncConnection + Send + 'static;
+
+    /// Creates a fresh database named after `test`, applies the outbox
+    /// migrations and opens a store on it.
+    fn create(test: &str) -> impl Future<Output = anyhow::Result<Self>> + Send;
+
+    /// The store over this database.
+    fn store(&self) -> &Self::Store;
+
+    /// A new connection of its own to this database.
+    fn connect(&self) -> impl Future<Output = anyhow::Result<Self::Conn>> + Send;
+
+    /// How many rows `outbox_tasks` holds, whatever their status.
+    fn count_tasks(&self) -> impl Future<Output = anyhow::Result<i64>> + Send;
+}

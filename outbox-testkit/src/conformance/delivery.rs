@@ -1,0 +1,58 @@
+//! What reaches the handler, and what is recorded when it fails (issue proof 9).
+
+use outbox_core::{Headers, Status, handler_fn};
+
+use super::support::{config, enqueue_one, get, registry, task, worker};
+use crate::{TestBackend, handler};
+
+/// Headers reach the handler exactly as enqueued.
+pub async fn headers_reach_the_handler_unchanged<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let headers: Headers = [
+        (
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ),
+        ("correlation-id", "req-7f3a"),
+        ("x-note", "ünïcödé ✓ \"quoted\" \\ back"),
+        ("empty", ""),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let (mock, handle) = handler::recording();
+    let worker = worker(db, registry(mock)?, config("w"))?;
+    let id = enqueue_one(
+        db,
+        task(7).headers(headers.clone()).ordering_key("customer-9"),
+    )
+    .await?;
+    worker.send(id).await?;
+    let deliveries = handle.deliveries();
+    assert_eq!(deliveries.len(), 1);
+    let delivery = &deliveries[0];
+    assert_eq!(delivery.headers(), &headers);
+    assert_eq!((delivery.id, delivery.attempt), (id, 1));
+    assert_eq!(delivery.payload(), b"{\"order\":7}");
+    assert_eq!(delivery.task.ordering_key.as_deref(), Some("customer-9"));
+    Ok(())
+}
+
+/// A long multi-byte error is cut to 4 KiB on a character boundary.
+pub async fn last_error_is_cut_on_a_utf8_boundary<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let message = "€".repeat(3000); // 9,000 bytes; 4,096 is not a boundary
+    let failing = {
+        let message = message.clone();
+        handler_fn(move |_| {
+            let message = message.clone();
+            async move { Err(anyhow::anyhow!(message).into()) }
+        })
+    };
+    let worker = worker(db, registry(failing)?, config("w"))?;
+    let id = enqueue_one(db, task(1)).await?;
+    assert!(worker.send(id).await.is_err());
+    let record = get(db, id).await?;
+    assert_eq!(record.status, Status::Pending);
+    assert_eq!(record.last_error.len(), 4095);
+    assert!(message.starts_with(&record.last_error));
+    Ok(())
+}

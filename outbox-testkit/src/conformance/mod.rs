@@ -1,0 +1,79 @@
+//! The backend conformance suite: every guarantee of the outbox, written once,
+//! generic over the store, and run by each backend's tests.
+//!
+//! Each scenario is a `pub async fn(&B) -> anyhow::Result<()>` for any
+//! [`TestBackend`](crate::TestBackend); [`conformance_tests!`](crate::conformance_tests)
+//! turns the whole list into one `#[tokio::test]` per scenario, each on a
+//! fresh database:
+//!
+//! ```ignore
+//! // outbox-postgres/tests/lib.rs
+//! outbox_testkit::conformance_tests!(outbox_testkit::postgres::PgTestDb);
+//! ```
+
+mod async_send;
+mod delivery;
+mod enqueue;
+mod input;
+mod leases;
+mod rounds;
+mod send;
+pub mod support;
+
+pub use async_send::*;
+pub use delivery::*;
+pub use enqueue::*;
+pub use input::*;
+pub use leases::*;
+pub use rounds::*;
+pub use send::*;
+
+/// Expands into one `#[tokio::test]` per conformance scenario for the given
+/// [`TestBackend`](crate::TestBackend) type. Each test creates its own
+/// database, runs the scenario, and panics with the scenario's error so the
+/// database is kept for inspection.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($backend:ty) => {
+        $crate::conformance_tests!(@each $backend;
+            enqueue_commits_with_the_transaction,
+            enqueue_rolls_back_with_the_transaction,
+            enqueue_outside_a_transaction_is_refused,
+            enqueue_many_returns_ids_in_order,
+            concurrent_dedup_gives_one_row,
+            bad_input_names_the_field_and_writes_nothing,
+            payload_limit_is_exactly_one_mebibyte,
+            zero_batch_size_is_refused,
+            send_success_marks_succeeded_once,
+            send_retryable_error_schedules_a_retry,
+            send_permanent_error_marks_failed,
+            send_reaching_max_attempts_marks_failed,
+            send_after_expiry_fails_without_calling,
+            send_unknown_id_is_not_found,
+            send_without_handler_stays_pending,
+            concurrent_sends_run_the_handler_once,
+            lease_takeover_fences_the_late_writer,
+            hung_handler_is_cut_and_another_worker_delivers,
+            retry_rounds_share_work_exactly_once,
+            retry_round_expires_overdue_tasks,
+            send_async_returns_at_once,
+            hanging_handler_is_cut_at_the_timeout,
+            panicking_handler_is_recorded_and_the_worker_lives,
+            headers_reach_the_handler_unchanged,
+            last_error_is_cut_on_a_utf8_boundary,
+        );
+    };
+    (@each $backend:ty; $($scenario:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                let db = <$backend as $crate::TestBackend>::create(stringify!($scenario))
+                    .await
+                    .unwrap_or_else(|error| panic!("{error:#}"));
+                if let Err(error) = $crate::conformance::$scenario(&db).await {
+                    panic!("{error:#}");
+                }
+            }
+        )*
+    };
+}

@@ -1,0 +1,79 @@
+//! Small helpers the scenarios share.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use diesel_async::AsyncConnection;
+use outbox_core::{
+    Handler, Record, Registry, RetryPolicy, Store, Task, TaskId, Worker, WorkerConfig,
+};
+
+use crate::TestBackend;
+
+/// The kind the scenarios use unless they say otherwise.
+pub const KIND: &str = "order.created";
+
+/// A JSON task of [`KIND`], version 1.
+pub fn task(n: usize) -> Task {
+    Task::new(KIND, 1, format!("{{\"order\":{n}}}"))
+}
+
+/// Enqueues `tasks` in one committed transaction of their own.
+pub async fn enqueue_committed<B: TestBackend>(
+    db: &B,
+    tasks: Vec<Task>,
+) -> anyhow::Result<Vec<TaskId>> {
+    let store = db.store();
+    let mut conn = db.connect().await?;
+    conn.transaction::<_, anyhow::Error, _>(async |tx| {
+        let mut ids = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            ids.push(store.enqueue(tx, task).await?);
+        }
+        Ok(ids)
+    })
+    .await
+}
+
+/// Enqueues one task in a committed transaction of its own.
+pub async fn enqueue_one<B: TestBackend>(db: &B, task: Task) -> anyhow::Result<TaskId> {
+    enqueue_committed(db, vec![task])
+        .await?
+        .pop()
+        .context("enqueue returned no id")
+}
+
+/// A registry with `handler` for [`KIND`] version 1.
+pub fn registry(handler: impl Handler) -> anyhow::Result<Registry> {
+    Ok(Registry::builder().handler(KIND, 1, handler).build()?)
+}
+
+/// Settings for tests: a named owner, retries due at once, default timeouts.
+pub fn config(owner: &str) -> WorkerConfig {
+    WorkerConfig {
+        owner: owner.to_owned(),
+        retry: immediate_retry(),
+        ..WorkerConfig::default()
+    }
+}
+
+/// A retry policy whose retries are due at once, so a test can attempt again
+/// without waiting.
+pub fn immediate_retry() -> RetryPolicy {
+    // Infallible for these constants; fall back to the default otherwise.
+    RetryPolicy::new(Duration::ZERO, Duration::ZERO, 0.0).unwrap_or_default()
+}
+
+/// A worker over the test database's store.
+pub fn worker<B: TestBackend>(
+    db: &B,
+    registry: Registry,
+    config: WorkerConfig,
+) -> anyhow::Result<Worker<B::Store>> {
+    Ok(Worker::with_config(db.store().clone(), registry, config)?)
+}
+
+/// Reads task `id` back from the database.
+pub async fn get<B: TestBackend>(db: &B, id: TaskId) -> anyhow::Result<Record> {
+    Ok(db.store().get(id).await?)
+}

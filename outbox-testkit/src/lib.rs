@@ -1,0 +1,42 @@
+//! What users and the outbox's own tests test with.
+//!
+//! - [`handler`]: scriptable handler doubles (record, fail, block, panic) with
+//!   signals to wait on instead of sleeping.
+//! - [`TestBackend`]: an isolated, migrated database per test, dropped after a
+//!   passing test and kept after a failing one; [`postgres::PgTestDb`] with
+//!   the `postgres` feature.
+//! - [`conformance`]: one suite of scenarios, written once and generic over
+//!   the backend, that every store must pass; [`conformance_tests!`] expands
+//!   it into `#[tokio::test]`s.
+//!
+//! Servers come from `OUTBOX_PG_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`). A test whose server is down
+//! fails with the URL and the command that starts it; it never skips.
+//!
+//! ```
+//! use outbox_core::{Delivery, Handler, Task, TaskId};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let (handler, handle) = outbox_testkit::handler::recording();
+//! handler.handle(Delivery::new(TaskId::new(1), 1, Task::new("order.created", 1, "{}"))).await.ok();
+//! assert_eq!(handle.succeeded_ids(), [TaskId::new(1)]);
+//! # }
+//! ```
+
+mod backend;
+pub mod conformance;
+mod drop_database;
+pub mod handler;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+pub mod url;
+
+pub use backend::TestBackend;
+
+/// A `COUNT(*) AS n` row.
+#[derive(Debug, diesel::QueryableByName)]
+pub(crate) struct Count {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub(crate) n: i64,
+}

@@ -1,0 +1,73 @@
+//! Database URLs: where the services are, and the URL of one test database.
+
+/// The URL in `var`, or `default` when unset or empty.
+pub fn from_env(var: &str, default: &str) -> String {
+    std::env::var(var)
+        .ok()
+        .filter(|url| !url.is_empty())
+        .unwrap_or_else(|| default.to_owned())
+}
+
+/// `url` with its database (the path) replaced by `database`; the query
+/// string, if any, is kept.
+pub fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[authority_start..]
+        .find('/')
+        .map_or(base.len(), |i| authority_start + i);
+    let mut out = format!("{}/{database}", &base[..path_start]);
+    if let Some(query) = query {
+        out.push('?');
+        out.push_str(query);
+    }
+    out
+}
+
+/// A database name for `test`: lowercase, safe characters only, unique per
+/// call, and within the 63/64-character limits of PostgreSQL and MySQL.
+pub fn database_name(test: &str) -> String {
+    let clean: String = test
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .take(40)
+        .collect();
+    format!("outbox_{clean}_{:08x}", fastrand::u32(..))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_only_the_database() {
+        assert_eq!(
+            with_database("postgres://postgres@127.0.0.1:5432/test", "t1"),
+            "postgres://postgres@127.0.0.1:5432/t1"
+        );
+        assert_eq!(
+            with_database("mysql://root@localhost:3306/test?ssl-mode=disabled", "t2"),
+            "mysql://root@localhost:3306/t2?ssl-mode=disabled"
+        );
+        assert_eq!(with_database("postgres://h", "t3"), "postgres://h/t3");
+    }
+
+    #[test]
+    fn names_are_safe_unique_and_short() {
+        let a = database_name("Send::Concurrent-Calls once");
+        let b = database_name("Send::Concurrent-Calls once");
+        assert_ne!(a, b);
+        assert!(a.starts_with("outbox_send__concurrent_calls_once_"));
+        assert!(a.len() <= 63);
+        assert!(database_name(&"x".repeat(200)).len() <= 63);
+    }
+}
