@@ -50,6 +50,7 @@ mod status;
 mod store;
 mod task;
 pub mod transition;
+mod tx;
 mod worker;
 
 pub use config::WorkerConfig;
@@ -64,4 +65,5 @@ pub use round::RoundReport;
 pub use status::{Status, UnknownStatus};
 pub use store::{BatchRequest, ClaimOutcome, LeaseRequest, Store};
 pub use task::{Headers, Task};
+pub use tx::{Tx, TxBody};
 pub use worker::Worker;

@@ -11,8 +11,7 @@
 //!
 //! # async fn demo() -> anyhow::Result<()> {
 //! let url = "postgres://postgres@127.0.0.1:5432/shop";
-//! let mut conn = AsyncPgConnection::establish(url).await?;
-//! run_migrations(&mut conn).await?;
+//! run_migrations(AsyncPgConnection::establish(url).await?).await?;
 //!
 //! let store = PgStore::connect(url, 8)?;
 //! let registry = Registry::builder()
@@ -23,6 +22,8 @@
 //!     .build()?;
 //! let worker = Worker::new(store.clone(), registry)?;
 //!
+//! // Enqueue with the store inside your own diesel-async transaction...
+//! let mut conn = AsyncPgConnection::establish(url).await?;
 //! let id = conn
 //!     .transaction::<_, anyhow::Error, _>(async |tx| {
 //!         // ... insert the order row with diesel here ...
@@ -30,7 +31,8 @@
 //!         Ok(store.enqueue(tx, task).await?)
 //!     })
 //!     .await?;
-//! worker.send_async(id); // after commit; a failure is retried later
+//! worker.send_async(id); // ...and send after commit; a failure is retried later
+//! // (`outbox_postgres::transaction` does both in one call.)
 //!
 //! // Elsewhere, periodically, on any number of instances:
 //! worker.retry_pending(100).await?;
@@ -51,9 +53,16 @@ mod row;
 pub mod schema;
 mod store;
 pub mod timestamp;
+mod transaction;
 
 /// The backend-free core, re-exported so one dependency is enough.
 pub use outbox_core as outbox;
 
 pub use migrate::{MIGRATIONS, revert_migrations, run_migrations};
 pub use store::PgStore;
+pub use transaction::transaction;
+
+/// The README's example, compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
