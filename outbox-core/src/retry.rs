@@ -82,7 +82,7 @@ impl RetryPolicy {
     /// The delay after failed attempt `attempt` for a given uniform sample
     /// `unit` in `[0, 1)`: the deterministic core of [`RetryPolicy::delay`].
     pub fn delay_with(&self, attempt: i64, unit: f64) -> Duration {
-        let doublings = u32::try_from(attempt.saturating_sub(1)).unwrap_or(0);
+        let doublings = u32::try_from(attempt.saturating_sub(1).clamp(0, 64)).unwrap_or(64);
         let full = if doublings >= 64 {
             self.cap
         } else {
