@@ -42,8 +42,10 @@ impl<S: Store> Worker<S> {
     /// One compensation round over every due task.
     ///
     /// Claims due tasks in id order, `batch_size` at a time, with `SKIP
-    /// LOCKED` so that several workers share the work; each task is tried at
-    /// most once per round. Handlers run concurrently (up to the configured
+    /// LOCKED` so that several workers share the work. A round considers only
+    /// tasks due when it began, so each task is tried at most once per round
+    /// even when its retry is due at once or another worker runs a round
+    /// concurrently. Handlers run concurrently (up to the configured
     /// concurrency) and results are written back one statement per batch. The
     /// round stops early on a database error (returned) and never on a handler
     /// error (recorded on the task). Dropping the future cancels the round;
@@ -57,6 +59,7 @@ impl<S: Store> Worker<S> {
             lease: self.lease_request(),
             limit: batch_size,
             after: None,
+            due_by: None,
         };
         loop {
             let claimed_at = Instant::now();
@@ -65,6 +68,10 @@ impl<S: Store> Worker<S> {
                 break;
             };
             request.after = Some(last);
+            // The first claim's database time marks the round's start.
+            if request.due_by.is_none() {
+                request.due_by = records.iter().map(|r| r.updated_at).min();
+            }
             let exhausted = records.len() < batch_size;
             let mut due = Vec::with_capacity(records.len());
             for record in records {

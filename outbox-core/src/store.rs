@@ -48,6 +48,10 @@ pub struct BatchRequest {
     pub limit: usize,
     /// Only tasks with a larger id (a round's cursor).
     pub after: Option<TaskId>,
+    /// Only tasks due at or before this instant of the database clock (the
+    /// start of a round), so a task retried during the round, by this worker
+    /// or another, waits for the next round. `None`: due now.
+    pub due_by: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Where a task's rows live, and the few operations the worker needs.

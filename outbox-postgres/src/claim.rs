@@ -8,7 +8,7 @@
 use chrono::{DateTime, Utc};
 use diesel::{
     prelude::*,
-    sql_types::{BigInt, Bool, Text, Timestamptz},
+    sql_types::{BigInt, Bool, Nullable, Text, Timestamptz},
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use outbox_core::{
@@ -118,7 +118,8 @@ fn claim_due_sql() -> String {
     format!(
         "WITH due AS (
              SELECT t.id FROM outbox_tasks t
-             WHERE t.status = 'pending' AND t.id > $1 AND t.next_attempt_at <= now()
+             WHERE t.status = 'pending' AND t.id > $1
+               AND t.next_attempt_at <= COALESCE($6, now())
                AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
                AND {NOT_BLOCKED}
              ORDER BY t.id
@@ -153,6 +154,7 @@ pub(crate) async fn due(
         .bind::<Text, _>(&request.lease.owner)
         .bind::<BigInt, _>(micros(request.lease.duration))
         .bind::<Text, _>(EXPIRED_ERROR)
+        .bind::<Nullable<Timestamptz>, _>(request.due_by)
         .load(conn)
         .await
         .map_err(Error::database)?;
