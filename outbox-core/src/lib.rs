@@ -58,7 +58,7 @@ pub use delivery::Delivery;
 pub use error::{BoxError, Error, Result};
 pub use handler::{Handler, HandlerError, HandlerFn, HandlerKey, handler_fn};
 pub use id::TaskId;
-pub use record::{Lease, Record};
+pub use record::{Lease, Record, StoredRow};
 pub use registry::{Registry, RegistryBuilder};
 pub use retry::RetryPolicy;
 pub use round::RoundReport;

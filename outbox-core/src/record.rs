@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::{Status, Task, TaskId, transition::TaskState};
+use crate::{Error, Headers, Result, Status, Task, TaskId, transition::TaskState};
 
 /// A worker's claim on a pending task: who is sending it and until when.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,5 +53,68 @@ impl Record {
             lease: self.lease.clone(),
             finished_at: self.finished_at,
         }
+    }
+}
+
+/// A row as a backend reads it, with its times already in UTC; decoding the
+/// headers and the status into a [`Record`] is shared by every backend.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)] // the fields are the columns of DESIGN §3
+pub struct StoredRow {
+    pub id: i64,
+    pub kind: String,
+    pub version: i32,
+    pub payload: Vec<u8>,
+    pub headers: serde_json::Value,
+    pub ordering_key: Option<String>,
+    pub dedup_key: Option<String>,
+    pub status: String,
+    pub attempts: i64,
+    pub max_attempts: Option<i32>,
+    pub next_attempt_at: DateTime<Utc>,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub last_error: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl TryFrom<StoredRow> for Record {
+    type Error = Error;
+
+    /// Fails with [`Error::Corrupt`] when the headers are not a string map or
+    /// the status is unknown.
+    fn try_from(row: StoredRow) -> Result<Self> {
+        let id = TaskId::new(row.id);
+        let corrupt = |field, reason: String| Error::Corrupt { id, field, reason };
+        let headers: Headers =
+            serde_json::from_value(row.headers).map_err(|e| corrupt("headers", e.to_string()))?;
+        let status: Status = row
+            .status
+            .parse()
+            .map_err(|e: crate::UnknownStatus| corrupt("status", e.to_string()))?;
+        let mut task = Task::new(row.kind, row.version, row.payload).headers(headers);
+        task.ordering_key = row.ordering_key;
+        task.dedup_key = row.dedup_key;
+        task.expires_at = row.expires_at;
+        task.max_attempts = row.max_attempts;
+        let lease = match (row.lease_owner, row.lease_expires_at) {
+            (Some(owner), Some(expires_at)) => Some(Lease { owner, expires_at }),
+            _ => None,
+        };
+        Ok(Record {
+            id,
+            task,
+            status,
+            attempts: row.attempts,
+            next_attempt_at: row.next_attempt_at,
+            lease,
+            last_error: row.last_error,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+            finished_at: row.finished_at,
+        })
     }
 }

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use outbox_core::{Error, Headers, Lease, Record, Result, Status, Task, TaskId};
+use outbox_core::{Error, Record, Result, StoredRow};
 
 use crate::schema::outbox_tasks;
 
@@ -34,30 +34,21 @@ impl TryFrom<TaskRow> for Record {
     type Error = Error;
 
     fn try_from(row: TaskRow) -> Result<Self> {
-        let id = TaskId::new(row.id);
-        let corrupt = |field, reason: String| Error::Corrupt { id, field, reason };
-        let headers: Headers =
-            serde_json::from_value(row.headers).map_err(|e| corrupt("headers", e.to_string()))?;
-        let status: Status = row
-            .status
-            .parse()
-            .map_err(|e: outbox_core::UnknownStatus| corrupt("status", e.to_string()))?;
-        let mut task = Task::new(row.kind, row.version, row.payload).headers(headers);
-        task.ordering_key = row.ordering_key;
-        task.dedup_key = row.dedup_key;
-        task.expires_at = row.expires_at;
-        task.max_attempts = row.max_attempts;
-        let lease = match (row.lease_owner, row.lease_expires_at) {
-            (Some(owner), Some(expires_at)) => Some(Lease { owner, expires_at }),
-            _ => None,
-        };
-        Ok(Record {
-            id,
-            task,
-            status,
+        Record::try_from(StoredRow {
+            id: row.id,
+            kind: row.kind,
+            version: row.version,
+            payload: row.payload,
+            headers: row.headers,
+            ordering_key: row.ordering_key,
+            dedup_key: row.dedup_key,
+            status: row.status,
             attempts: row.attempts,
+            max_attempts: row.max_attempts,
             next_attempt_at: row.next_attempt_at,
-            lease,
+            lease_owner: row.lease_owner,
+            lease_expires_at: row.lease_expires_at,
+            expires_at: row.expires_at,
             last_error: row.last_error,
             created_at: row.created_at,
             updated_at: row.updated_at,
