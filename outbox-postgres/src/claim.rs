@@ -16,7 +16,9 @@ use outbox_core::{
     transition::{self, Availability, EXPIRED_ERROR},
 };
 
-use crate::{query::micros, row::TaskRow};
+use outbox_diesel::micros;
+
+use crate::row::TaskRow;
 
 /// "No older task with my ordering key is unfinished", for the row `t`.
 const NOT_BLOCKED: &str = "(t.ordering_key IS NULL OR NOT EXISTS (

@@ -4,7 +4,7 @@ use diesel::sql_types::{Array, BigInt, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use outbox_core::{Error, Result, transition::Completion};
 
-use crate::query::micros;
+use outbox_diesel::micros;
 
 /// Applies each result only while `id`, `lease_owner` and `attempts` still
 /// match its claim ([`outbox_core::transition::complete`] in SQL).

@@ -7,24 +7,11 @@ use diesel::{
     prelude::*,
     sql_types::{Array, BigInt, Bool, Bytea, Integer, Jsonb, Nullable, Text, Timestamptz},
 };
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, TransactionManager};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use outbox_core::{Error, Result, Task, TaskId};
+use outbox_diesel::require_transaction;
 
 use crate::{schema::outbox_tasks, timestamp};
-
-/// Fails with [`Error::NotTransaction`] unless `conn` is inside a transaction
-/// opened through diesel-async (`conn.transaction(...)`).
-pub(crate) fn require_transaction(conn: &mut AsyncPgConnection) -> Result<()> {
-    let status =
-        <AsyncPgConnection as AsyncConnection>::TransactionManager::transaction_manager_status_mut(
-            conn,
-        );
-    match status.transaction_depth() {
-        Ok(Some(_)) => Ok(()),
-        Ok(None) => Err(Error::NotTransaction),
-        Err(e) => Err(Error::database(e)),
-    }
-}
 
 /// Validates `task` completely, including the column range of its instants.
 fn check(task: &Task) -> Result<serde_json::Value> {

@@ -18,8 +18,3 @@ pub(crate) async fn get(conn: &mut AsyncPgConnection, id: TaskId) -> Result<Opti
         .map(Record::try_from)
         .transpose()
 }
-
-/// Microseconds in `duration`, saturating, for `interval '1 microsecond'` arithmetic.
-pub(crate) fn micros(duration: std::time::Duration) -> i64 {
-    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
-}

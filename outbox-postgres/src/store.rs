@@ -1,11 +1,9 @@
 //! [`PgStore`]: the PostgreSQL implementation of the outbox [`Store`].
 
-use std::time::Duration;
-
 use diesel_async::{
     AsyncPgConnection,
     pooled_connection::{
-        AsyncDieselConnectionManager,
+        ManagerConfig,
         deadpool::{Object, Pool},
     },
 };
@@ -44,17 +42,7 @@ impl PgStore {
     /// A store with its own pool of up to `max_size` connections to
     /// `database_url`, failing fast (5 s) when the server is unreachable.
     pub fn connect(database_url: &str, max_size: usize) -> Result<Self> {
-        let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(database_url);
-        let pool = Pool::builder(manager)
-            .max_size(max_size)
-            .runtime(deadpool::Runtime::Tokio1)
-            .create_timeout(Some(Duration::from_secs(5)))
-            .wait_timeout(Some(Duration::from_secs(5)))
-            .build()
-            .map_err(|e| Error::Config {
-                field: "database_url",
-                reason: e.to_string(),
-            })?;
+        let pool = outbox_diesel::build_pool(database_url, max_size, ManagerConfig::default())?;
         Ok(Self::new(pool))
     }
 

@@ -1,6 +1,6 @@
 //! [`transaction`]: business writes and enqueues in one transaction, sent after commit.
 
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel_async::AsyncPgConnection;
 use outbox_core::{Tx, TxBody, Worker};
 
 use crate::PgStore;
@@ -40,13 +40,5 @@ where
     E: From<diesel::result::Error> + Send,
     R: Send,
 {
-    let mut enqueued = Vec::new();
-    let store = worker.store();
-    let value = conn
-        .transaction::<R, E, _>(async |conn| body(Tx::new(conn, store, &mut enqueued)).await)
-        .await?;
-    for id in enqueued {
-        worker.send_async(id);
-    }
-    Ok(value)
+    outbox_diesel::transaction(worker, conn, body).await
 }

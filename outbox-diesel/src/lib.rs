@@ -1,0 +1,26 @@
+//! diesel-async glue shared by the outbox's database backends
+//! (`outbox-postgres`, `outbox-mysql`): migrations on any runtime, the
+//! transaction check of `enqueue`, enqueue-then-send transactions, pools.
+//!
+//! Backend crates re-export what users need; depend on one of them rather
+//! than on this crate.
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! assert_eq!(outbox_diesel::micros(Duration::from_millis(3)), 3_000);
+//! assert_eq!(outbox_diesel::micros(Duration::MAX), i64::MAX);
+//! ```
+
+mod migrate;
+mod pool;
+mod transaction;
+
+pub use migrate::{revert_migrations, run_migrations};
+pub use pool::build_pool;
+pub use transaction::{require_transaction, transaction};
+
+/// Microseconds in `duration`, saturating, for interval arithmetic in SQL.
+pub fn micros(duration: std::time::Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+}

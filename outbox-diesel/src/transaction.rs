@@ -1,0 +1,43 @@
+//! The caller's transaction: checking for one, and running one that sends after commit.
+
+use diesel_async::{AsyncConnection, TransactionManager};
+use outbox_core::{Error, Result, Store, Tx, TxBody, Worker};
+
+/// Fails with [`Error::NotTransaction`] unless `conn` is inside a transaction
+/// opened through diesel-async (`conn.transaction(...)`).
+pub fn require_transaction<C: AsyncConnection>(conn: &mut C) -> Result<()> {
+    match C::TransactionManager::transaction_manager_status_mut(conn).transaction_depth() {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(Error::NotTransaction),
+        Err(e) => Err(Error::database(e)),
+    }
+}
+
+/// Runs `body` in a transaction on `conn`; after it commits, every task the
+/// body enqueued through its [`Tx`] is sent with [`Worker::send_async`].
+///
+/// If the body fails or the commit fails, everything rolls back and nothing
+/// is sent. A send that fails after commit is retried by the next round.
+pub async fn transaction<S, R, E, F>(
+    worker: &Worker<S>,
+    conn: &mut S::Conn,
+    body: F,
+) -> Result<R, E>
+where
+    S: Store,
+    S::Conn: AsyncConnection,
+    for<'r> F:
+        AsyncFnOnce(Tx<'r, S>) -> Result<R, E> + TxBody<Tx<'r, S>, Result<R, E>, Fut: Send> + Send,
+    E: From<diesel::result::Error> + Send,
+    R: Send,
+{
+    let mut enqueued = Vec::new();
+    let store = worker.store();
+    let value = conn
+        .transaction::<R, E, _>(async |conn| body(Tx::new(conn, store, &mut enqueued)).await)
+        .await?;
+    for id in enqueued {
+        worker.send_async(id);
+    }
+    Ok(value)
+}
