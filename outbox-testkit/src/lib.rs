@@ -4,13 +4,14 @@
 //!   signals to wait on instead of sleeping.
 //! - [`TestBackend`]: an isolated, migrated database per test, dropped after a
 //!   passing test and kept after a failing one; [`postgres::PgTestDb`] with
-//!   the `postgres` feature.
+//!   the `postgres` feature, [`mysql::MysqlTestDb`] with the `mysql` feature.
 //! - [`conformance`]: one suite of scenarios, written once and generic over
 //!   the backend, that every store must pass; [`conformance_tests!`] expands
 //!   it into `#[tokio::test]`s.
 //!
 //! Servers come from `OUTBOX_PG_URL` (default
-//! `postgres://postgres@127.0.0.1:5432/test`). A test whose server is down
+//! `postgres://postgres@127.0.0.1:5432/test`) and `OUTBOX_MYSQL_URL` (default
+//! `mysql://root@127.0.0.1:3306/test`). A test whose server is down
 //! fails with the URL and the command that starts it; it never skips.
 //!
 //! ```
@@ -28,6 +29,8 @@ mod backend;
 pub mod conformance;
 mod drop_database;
 pub mod handler;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod url;

@@ -1,0 +1,250 @@
+//! Claims: one task by id for `send`, and due batches with `SKIP LOCKED`.
+//!
+//! Each claim is a short READ COMMITTED transaction: lock the candidate rows,
+//! let [`transition`] decide on the locked state with the database's clock,
+//! write the decision, commit. READ COMMITTED takes no gap locks, so a claim
+//! never blocks the application's inserts; `SKIP LOCKED` lets several
+//! workers claim side by side.
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use diesel::{
+    OptionalExtension, QueryableByName,
+    mysql::Mysql,
+    sql_types::{BigInt, Bool, Datetime, Nullable, Text},
+};
+use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
+use outbox_core::{
+    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Status, TaskId,
+    transition::{self, Availability, EXPIRED_ERROR},
+};
+
+use crate::{row::TaskRow, timestamp};
+
+/// "An older task with my ordering key is unfinished", for the row `t`.
+const BLOCKED: &str = "(t.ordering_key IS NOT NULL AND EXISTS (
+        SELECT 1 FROM outbox_tasks o
+        WHERE o.ordering_key = t.ordering_key AND o.id < t.id AND o.status <> 'succeeded'))";
+
+#[derive(QueryableByName)]
+struct Locked {
+    #[diesel(embed)]
+    task: TaskRow,
+    #[diesel(sql_type = Datetime)]
+    db_now: NaiveDateTime,
+    #[diesel(sql_type = Bool)]
+    blocked: bool,
+}
+
+/// Runs `body` in a READ COMMITTED transaction on the store's connection.
+async fn read_committed<T, F>(conn: &mut AsyncMysqlConnection, body: F) -> Result<T>
+where
+    F: for<'r> AsyncFnOnce(&'r mut AsyncMysqlConnection) -> Result<T, Error> + Send,
+    for<'r> F: outbox_core::TxBody<&'r mut AsyncMysqlConnection, Result<T, Error>, Fut: Send>,
+    T: Send,
+{
+    conn.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .await
+        .map_err(Error::database)?;
+    conn.transaction::<T, TxError, _>(async |conn| body(conn).await.map_err(TxError::Outbox))
+        .await
+        .map_err(TxError::into_outbox)
+}
+
+/// The error of a claim transaction: ours, or diesel's from BEGIN/COMMIT.
+enum TxError {
+    Outbox(Error),
+    Diesel(diesel::result::Error),
+}
+
+impl From<diesel::result::Error> for TxError {
+    fn from(error: diesel::result::Error) -> Self {
+        Self::Diesel(error)
+    }
+}
+
+impl TxError {
+    fn into_outbox(self) -> Error {
+        match self {
+            Self::Outbox(error) => error,
+            Self::Diesel(error) => Error::database(error),
+        }
+    }
+}
+
+fn lock_one_sql() -> String {
+    format!(
+        "SELECT t.*, UTC_TIMESTAMP(6) AS db_now, {BLOCKED} AS blocked
+         FROM outbox_tasks t WHERE t.id = ? FOR UPDATE"
+    )
+}
+
+/// Claims task `id` for `lease`, or says why it cannot be claimed now.
+pub(crate) async fn one(
+    conn: &mut AsyncMysqlConnection,
+    id: TaskId,
+    lease: &LeaseRequest,
+) -> Result<ClaimOutcome> {
+    read_committed(conn, async |conn| {
+        let locked: Option<Locked> = diesel::sql_query(lock_one_sql())
+            .bind::<BigInt, _>(id.get())
+            .get_result(conn)
+            .await
+            .optional()
+            .map_err(Error::database)?;
+        let Some(locked) = locked else {
+            return Ok(ClaimOutcome::NotFound);
+        };
+        let now = timestamp::from_column(locked.db_now);
+        let record = Record::try_from(locked.task)?;
+        match transition::availability(&record.state(), now, locked.blocked) {
+            Availability::Claimable => {
+                let claimed = claim_record(record, lease, now)?;
+                set_leases(conn, &[claimed.id], lease, now).await?;
+                Ok(ClaimOutcome::Claimed(Box::new(claimed)))
+            }
+            Availability::Expired => {
+                expire(conn, &[id], now).await?;
+                Ok(ClaimOutcome::Expired)
+            }
+            Availability::Leased { until } => Ok(ClaimOutcome::Leased { until }),
+            Availability::NotDue { at } => Ok(ClaimOutcome::NotDue { at }),
+            Availability::Blocked => Ok(ClaimOutcome::Blocked),
+            Availability::Finished(status) => Ok(ClaimOutcome::Finished(status)),
+        }
+    })
+    .await
+}
+
+/// The record after `transition::claim`, as the UPDATE will leave it.
+fn claim_record(mut record: Record, lease: &LeaseRequest, now: DateTime<Utc>) -> Result<Record> {
+    let (state, _) = transition::claim(
+        &record.state(),
+        record.id,
+        &lease.owner,
+        now,
+        lease.duration,
+        false,
+    )
+    .map_err(|why| Error::database(format!("a locked claimable row became {why:?}")))?;
+    record.attempts = state.attempts;
+    record.lease = state.lease;
+    record.updated_at = now;
+    Ok(record)
+}
+
+/// The record after `transition::expire`.
+fn expired_record(mut record: Record, now: DateTime<Utc>) -> Record {
+    record.status = Status::Failed;
+    record.lease = None;
+    record.finished_at = Some(now);
+    record.updated_at = now;
+    record.last_error = EXPIRED_ERROR.to_owned();
+    record
+}
+
+fn id_list(ids: &[TaskId]) -> String {
+    let mut list = String::new();
+    for (i, id) in ids.iter().enumerate() {
+        if i > 0 {
+            list.push(',');
+        }
+        list.push_str(&id.get().to_string());
+    }
+    list
+}
+
+async fn set_leases(
+    conn: &mut AsyncMysqlConnection,
+    ids: &[TaskId],
+    lease: &LeaseRequest,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let until = timestamp::to_column("lease_duration", transition::after(now, lease.duration))?;
+    diesel::sql_query(format!(
+        "UPDATE outbox_tasks SET attempts = attempts + 1, lease_owner = ?, \
+         lease_expires_at = ?, updated_at = ? WHERE id IN ({})",
+        id_list(ids)
+    ))
+    .bind::<Text, _>(&lease.owner)
+    .bind::<Datetime, _>(until)
+    .bind::<Datetime, _>(now.naive_utc())
+    .execute(conn)
+    .await
+    .map_err(Error::database)?;
+    Ok(())
+}
+
+async fn expire(conn: &mut AsyncMysqlConnection, ids: &[TaskId], now: DateTime<Utc>) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    diesel::sql_query(format!(
+        "UPDATE outbox_tasks SET status = 'failed', finished_at = ?, updated_at = ?, \
+         last_error = ?, lease_owner = NULL, lease_expires_at = NULL WHERE id IN ({})",
+        id_list(ids)
+    ))
+    .bind::<Datetime, _>(now.naive_utc())
+    .bind::<Datetime, _>(now.naive_utc())
+    .bind::<Text, _>(EXPIRED_ERROR)
+    .execute(conn)
+    .await
+    .map_err(Error::database)?;
+    Ok(())
+}
+
+fn lock_due_sql() -> String {
+    format!(
+        "SELECT t.*, UTC_TIMESTAMP(6) AS db_now, FALSE AS blocked
+         FROM outbox_tasks t
+         WHERE t.status = 'pending' AND t.id > ?
+           AND t.next_attempt_at <= COALESCE(?, UTC_TIMESTAMP(6))
+           AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= UTC_TIMESTAMP(6))
+           AND NOT {BLOCKED}
+         ORDER BY t.id
+         LIMIT ?
+         FOR UPDATE SKIP LOCKED"
+    )
+}
+
+/// Claims up to `request.limit` due tasks after the cursor, in id order.
+/// Expired tasks met on the way come back already failed.
+pub(crate) async fn due(
+    conn: &mut AsyncMysqlConnection,
+    request: &BatchRequest,
+) -> Result<Vec<Record>> {
+    let limit =
+        i64::try_from(request.limit).map_err(|_| Error::invalid("batch_size", "too large"))?;
+    let due_by = timestamp::to_column_opt("due_by", request.due_by)?;
+    read_committed(conn, async |conn| {
+        let locked: Vec<Locked> = diesel::sql_query(lock_due_sql())
+            .into_boxed::<Mysql>()
+            .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
+            .bind::<Nullable<Datetime>, _>(due_by)
+            .bind::<BigInt, _>(limit)
+            .load(conn)
+            .await
+            .map_err(Error::database)?;
+        let mut records = Vec::with_capacity(locked.len());
+        let (mut claimed, mut expired) = (Vec::new(), Vec::new());
+        for row in locked {
+            let now = timestamp::from_column(row.db_now);
+            let record = Record::try_from(row.task)?;
+            if transition::availability(&record.state(), now, false) == Availability::Expired {
+                expired.push(record.id);
+                records.push(expired_record(record, now));
+            } else {
+                claimed.push(record.id);
+                records.push(claim_record(record, &request.lease, now)?);
+            }
+        }
+        if let Some(now) = records.iter().map(|r| r.updated_at).next() {
+            set_leases(conn, &claimed, &request.lease, now).await?;
+            expire(conn, &expired, now).await?;
+        }
+        Ok(records)
+    })
+    .await
+}

@@ -1,0 +1,150 @@
+//! `enqueue` and `enqueue_many`: inserts inside the caller's transaction.
+//!
+//! MySQL has no `RETURNING`, so ids come from `LAST_INSERT_ID()` on the same
+//! connection. A held `dedup_key` is resolved in the same statement:
+//! `ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)` makes `LAST_INSERT_ID()`
+//! answer the existing row's id and changes nothing in that row.
+
+use chrono::NaiveDateTime;
+use diesel::{
+    QueryableByName,
+    mysql::Mysql,
+    sql_types::{BigInt, Blob, Datetime, Integer, Nullable, Text},
+};
+use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
+use outbox_core::{Error, Result, Task, TaskId};
+use outbox_diesel::require_transaction;
+
+use crate::timestamp;
+
+/// A validated task with its values in column form.
+struct Row {
+    task: Task,
+    headers: String,
+    not_before: Option<NaiveDateTime>,
+    expires_at: Option<NaiveDateTime>,
+}
+
+fn prepare(task: Task) -> Result<Row> {
+    task.validate()?;
+    let expires_at = timestamp::to_column_opt("expires_at", task.expires_at)?;
+    let not_before = timestamp::to_column_opt("not_before", task.not_before)?;
+    let headers = serde_json::to_string(&task.headers)
+        .map_err(|e| Error::invalid("headers", e.to_string()))?;
+    Ok(Row {
+        task,
+        headers,
+        not_before,
+        expires_at,
+    })
+}
+
+const COLUMNS: &str = "INSERT INTO outbox_tasks (kind, version, payload, headers, ordering_key, \
+    dedup_key, max_attempts, next_attempt_at, expires_at, last_error, created_at, updated_at) VALUES ";
+const VALUES: &str = "(?, ?, ?, ?, ?, ?, ?, COALESCE(?, UTC_TIMESTAMP(6)), ?, '', \
+    UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))";
+
+/// Rows per multi-row `INSERT`, and payload bytes per statement, so a batch
+/// stays well inside the server's `max_allowed_packet` (16 MiB by default).
+const MAX_ROWS_PER_INSERT: usize = 500;
+const MAX_BYTES_PER_INSERT: usize = 4 * 1024 * 1024;
+
+#[derive(QueryableByName)]
+struct LastId {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+}
+
+async fn last_insert_id(conn: &mut AsyncMysqlConnection) -> Result<i64> {
+    diesel::sql_query("SELECT LAST_INSERT_ID() AS id")
+        .get_result::<LastId>(conn)
+        .await
+        .map(|row| row.id)
+        .map_err(Error::database)
+}
+
+/// Inserts `rows` in one statement; returns the first row's id.
+async fn insert(conn: &mut AsyncMysqlConnection, rows: &[Row], on_duplicate: bool) -> Result<i64> {
+    let mut sql = String::from(COLUMNS);
+    for i in 0..rows.len() {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(VALUES);
+    }
+    if on_duplicate {
+        sql.push_str(" ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)");
+    }
+    let mut query = diesel::sql_query(sql).into_boxed::<Mysql>();
+    for row in rows {
+        let task = &row.task;
+        query = query
+            .bind::<Text, _>(&task.kind)
+            .bind::<Integer, _>(task.version)
+            .bind::<Blob, _>(&task.payload)
+            .bind::<Text, _>(&row.headers)
+            .bind::<Nullable<Text>, _>(&task.ordering_key)
+            .bind::<Nullable<Text>, _>(&task.dedup_key)
+            .bind::<Nullable<Integer>, _>(task.max_attempts)
+            .bind::<Nullable<Datetime>, _>(row.not_before)
+            .bind::<Nullable<Datetime>, _>(row.expires_at);
+    }
+    query.execute(conn).await.map_err(Error::database)?;
+    last_insert_id(conn).await
+}
+
+/// Inserts one task; a `dedup_key` already present returns the existing id.
+pub(crate) async fn one(conn: &mut AsyncMysqlConnection, task: Task) -> Result<TaskId> {
+    require_transaction(conn)?;
+    let row = prepare(task)?;
+    let on_duplicate = row.task.dedup_key.is_some();
+    insert(conn, std::slice::from_ref(&row), on_duplicate)
+        .await
+        .map(TaskId::new)
+}
+
+/// Inserts `tasks` in input order and returns their ids in that order.
+///
+/// Runs of tasks without a `dedup_key` go in one multi-row `INSERT` each when
+/// the server hands a statement consecutive ids (`innodb_autoinc_lock_mode`
+/// 0 or 1): the first id plus the row's position is then its id. A task with
+/// a `dedup_key`, or any task on a server with interleaved ids, is inserted
+/// on its own so its id is known for certain.
+pub(crate) async fn many(
+    conn: &mut AsyncMysqlConnection,
+    tasks: Vec<Task>,
+    consecutive_ids: bool,
+) -> Result<Vec<TaskId>> {
+    require_transaction(conn)?;
+    let rows = tasks.into_iter().map(prepare).collect::<Result<Vec<_>>>()?;
+    let mut ids = Vec::with_capacity(rows.len());
+    let mut start = 0;
+    while start < rows.len() {
+        let end = run_end(&rows, start, consecutive_ids);
+        let run = &rows[start..end];
+        let dedup = run[0].task.dedup_key.is_some();
+        let first = insert(conn, run, dedup).await?;
+        ids.extend((0..run.len()).map(|offset| TaskId::new(first + offset as i64)));
+        start = end;
+    }
+    Ok(ids)
+}
+
+/// Where the statement starting at `start` ends: one row for a keyed task,
+/// or the longest run of keyless tasks within the size limits.
+fn run_end(rows: &[Row], start: usize, consecutive_ids: bool) -> usize {
+    if !consecutive_ids || rows[start].task.dedup_key.is_some() {
+        return start + 1;
+    }
+    let mut end = start;
+    let mut bytes = 0;
+    while end < rows.len()
+        && rows[end].task.dedup_key.is_none()
+        && end - start < MAX_ROWS_PER_INSERT
+        && (end == start || bytes + rows[end].task.payload.len() <= MAX_BYTES_PER_INSERT)
+    {
+        bytes += rows[end].task.payload.len();
+        end += 1;
+    }
+    end
+}

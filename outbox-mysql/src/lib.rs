@@ -1,0 +1,71 @@
+//! The transactional outbox on MySQL 8.0.1+ and MariaDB 10.6+, with diesel-async.
+//!
+//! Enqueue a task in the same transaction as your business rows; after commit,
+//! send it; anything that fails is retried by a later round, on one instance
+//! or many, and nothing committed is ever lost. The connection is
+//! diesel-async's pure-Rust one: no libmysqlclient.
+//!
+//! ```no_run
+//! use diesel_async::{AsyncConnection, AsyncMysqlConnection};
+//! use outbox_mysql::{run_migrations, transaction, MysqlStore};
+//! use outbox_mysql::outbox::{handler_fn, Delivery, Registry, Task, Worker};
+//!
+//! # async fn demo() -> anyhow::Result<()> {
+//! let url = "mysql://root@127.0.0.1:3306/shop";
+//! run_migrations(AsyncMysqlConnection::establish(url).await?).await?;
+//!
+//! let registry = Registry::builder()
+//!     .handler("order.created", 1, handler_fn(|delivery: Delivery| async move {
+//!         println!("publish order {}", delivery.id);
+//!         Ok(())
+//!     }))
+//!     .build()?;
+//! let worker = Worker::new(MysqlStore::connect(url, 8)?, registry)?;
+//!
+//! let mut conn = AsyncMysqlConnection::establish(url).await?;
+//! transaction(&worker, &mut conn, async |mut tx| {
+//!     // ... insert the order row with diesel on tx.conn() ...
+//!     tx.enqueue(Task::json("order.created", 1, &serde_json::json!({ "order": 42 }))?).await?;
+//!     anyhow::Ok(())
+//! })
+//! .await?; // committed, then sent
+//!
+//! worker.retry_pending(100).await?; // periodically, on any number of instances
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Time
+//!
+//! Times are `DATETIME(6)` columns holding UTC, and every database-side time
+//! comes from `UTC_TIMESTAMP(6)`. `TIMESTAMP(6)` was rejected: it ends in
+//! January 2038, within the life of data written today, and it converts
+//! through the session `time_zone`, which the application may set to anything.
+//! See [`timestamp`] for the range and precision.
+//!
+//! # Ids
+//!
+//! MySQL has no `RETURNING`: ids come from `LAST_INSERT_ID()` on the caller's
+//! connection. `enqueue_many` inserts runs of keyless tasks in one statement
+//! only when the server's `innodb_autoinc_lock_mode` (0 or 1) guarantees a
+//! statement consecutive ids; otherwise, and for tasks with a `dedup_key`, it
+//! inserts row by row.
+
+mod claim;
+mod complete;
+mod enqueue;
+mod migrate;
+mod query;
+mod row;
+pub mod schema;
+mod server;
+mod store;
+pub mod timestamp;
+mod transaction;
+
+/// The backend-free core, re-exported so one dependency is enough.
+pub use outbox_core as outbox;
+
+pub use migrate::{MIGRATIONS, revert_migrations, run_migrations};
+pub use store::MysqlStore;
+pub use transaction::transaction;

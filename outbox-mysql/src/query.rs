@@ -1,0 +1,20 @@
+//! Plain reads of `outbox_tasks`.
+
+use diesel::prelude::*;
+use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
+use outbox_core::{Error, Record, Result, TaskId};
+
+use crate::{row::TaskRow, schema::outbox_tasks};
+
+/// Reads one task, `None` when there is no such row.
+pub(crate) async fn get(conn: &mut AsyncMysqlConnection, id: TaskId) -> Result<Option<Record>> {
+    outbox_tasks::table
+        .find(id.get())
+        .select(TaskRow::as_select())
+        .first(conn)
+        .await
+        .optional()
+        .map_err(Error::database)?
+        .map(Record::try_from)
+        .transpose()
+}

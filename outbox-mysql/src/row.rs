@@ -1,0 +1,62 @@
+//! Reading a row of `outbox_tasks` into a [`Record`].
+
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+use outbox_core::{Error, Record, Result, StoredRow};
+
+use crate::{schema::outbox_tasks, timestamp::from_column};
+
+/// One row, as selected by the store's statements.
+#[derive(Debug, Queryable, QueryableByName, Selectable)]
+#[diesel(table_name = outbox_tasks, check_for_backend(diesel::mysql::Mysql))]
+pub(crate) struct TaskRow {
+    pub(crate) id: i64,
+    kind: String,
+    version: i32,
+    payload: Vec<u8>,
+    headers: String,
+    ordering_key: Option<String>,
+    dedup_key: Option<String>,
+    status: String,
+    attempts: i64,
+    max_attempts: Option<i32>,
+    next_attempt_at: NaiveDateTime,
+    lease_owner: Option<String>,
+    lease_expires_at: Option<NaiveDateTime>,
+    expires_at: Option<NaiveDateTime>,
+    last_error: String,
+    created_at: NaiveDateTime,
+    updated_at: NaiveDateTime,
+    finished_at: Option<NaiveDateTime>,
+}
+
+impl TryFrom<TaskRow> for Record {
+    type Error = Error;
+
+    fn try_from(row: TaskRow) -> Result<Self> {
+        // Text that is not JSON becomes a JSON string, which the shared
+        // decoding then reports as corrupt headers.
+        let headers =
+            serde_json::from_str(&row.headers).unwrap_or(serde_json::Value::String(row.headers));
+        Record::try_from(StoredRow {
+            id: row.id,
+            kind: row.kind,
+            version: row.version,
+            payload: row.payload,
+            headers,
+            ordering_key: row.ordering_key,
+            dedup_key: row.dedup_key,
+            status: row.status,
+            attempts: row.attempts,
+            max_attempts: row.max_attempts,
+            next_attempt_at: from_column(row.next_attempt_at),
+            lease_owner: row.lease_owner,
+            lease_expires_at: row.lease_expires_at.map(from_column),
+            expires_at: row.expires_at.map(from_column),
+            last_error: row.last_error,
+            created_at: from_column(row.created_at),
+            updated_at: from_column(row.updated_at),
+            finished_at: row.finished_at.map(from_column),
+        })
+    }
+}

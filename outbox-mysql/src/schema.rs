@@ -1,0 +1,43 @@
+//! The diesel schema of `outbox_tasks` on MySQL/MariaDB.
+
+diesel::table! {
+    /// The outbox table (DESIGN §3).
+    outbox_tasks (id) {
+        /// Task id.
+        id -> Bigint,
+        /// Handler selector.
+        kind -> Varchar,
+        /// Payload protocol version.
+        version -> Integer,
+        /// Payload bytes.
+        payload -> Blob,
+        /// String headers as a JSON object (read as text).
+        headers -> Text,
+        /// Ordering key.
+        ordering_key -> Nullable<Varchar>,
+        /// Idempotency key.
+        dedup_key -> Nullable<Varchar>,
+        /// `pending`, `succeeded` or `failed`.
+        status -> Varchar,
+        /// Attempts started.
+        attempts -> Bigint,
+        /// Attempt limit.
+        max_attempts -> Nullable<Integer>,
+        /// Earliest next claim (UTC).
+        next_attempt_at -> Datetime,
+        /// Claiming worker.
+        lease_owner -> Nullable<Varchar>,
+        /// End of the claim (UTC).
+        lease_expires_at -> Nullable<Datetime>,
+        /// Deadline (UTC).
+        expires_at -> Nullable<Datetime>,
+        /// Latest failure.
+        last_error -> Text,
+        /// Insert time (UTC).
+        created_at -> Datetime,
+        /// Last change (UTC).
+        updated_at -> Datetime,
+        /// End time (UTC).
+        finished_at -> Nullable<Datetime>,
+    }
+}

@@ -1,0 +1,114 @@
+//! [`MysqlStore`]: the MySQL/MariaDB implementation of the outbox [`Store`].
+
+use std::sync::Arc;
+
+use diesel_async::{
+    AsyncMysqlConnection,
+    pooled_connection::{
+        ManagerConfig,
+        deadpool::{Object, Pool},
+    },
+};
+use outbox_core::{
+    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Store, Task, TaskId,
+    transition::Completion,
+};
+use tokio::sync::OnceCell;
+
+use crate::{
+    claim, complete, enqueue, query,
+    server::{self, ServerInfo},
+};
+
+/// The outbox on MySQL 8.0.1+ or MariaDB 10.6+, over a deadpool pool of
+/// diesel-async connections (pure Rust, no libmysqlclient).
+///
+/// `enqueue` runs on the caller's connection inside the caller's transaction;
+/// claims take short READ COMMITTED transactions from the pool (so no gap
+/// lock ever blocks the application's inserts) and no row lock is held while
+/// a handler runs.
+#[derive(Clone)]
+pub struct MysqlStore {
+    pool: Pool<AsyncMysqlConnection>,
+    server: Arc<OnceCell<ServerInfo>>,
+}
+
+impl std::fmt::Debug for MysqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MysqlStore")
+            .field("pool", &self.pool.status())
+            .field("server", &self.server.get())
+            .finish()
+    }
+}
+
+impl MysqlStore {
+    /// A store over an existing pool.
+    pub fn new(pool: Pool<AsyncMysqlConnection>) -> Self {
+        Self {
+            pool,
+            server: Arc::new(OnceCell::new()),
+        }
+    }
+
+    /// A store with its own pool of up to `max_size` connections to
+    /// `database_url`, failing fast (5 s) when the server is unreachable.
+    pub fn connect(database_url: &str, max_size: usize) -> Result<Self> {
+        let pool = outbox_diesel::build_pool(database_url, max_size, ManagerConfig::default())?;
+        Ok(Self::new(pool))
+    }
+
+    /// The pool the store claims and completes on.
+    pub fn pool(&self) -> &Pool<AsyncMysqlConnection> {
+        &self.pool
+    }
+
+    pub(crate) async fn conn(&self) -> Result<Object<AsyncMysqlConnection>> {
+        self.pool.get().await.map_err(Error::database)
+    }
+
+    /// The server's facts, read on `conn` the first time they are needed.
+    pub(crate) async fn server(&self, conn: &mut AsyncMysqlConnection) -> Result<&ServerInfo> {
+        self.server.get_or_try_init(|| server::inspect(conn)).await
+    }
+}
+
+impl Store for MysqlStore {
+    type Conn = AsyncMysqlConnection;
+
+    async fn enqueue(&self, conn: &mut AsyncMysqlConnection, task: Task) -> Result<TaskId> {
+        enqueue::one(conn, task).await
+    }
+
+    async fn enqueue_many(
+        &self,
+        conn: &mut AsyncMysqlConnection,
+        tasks: Vec<Task>,
+    ) -> Result<Vec<TaskId>> {
+        outbox_diesel::require_transaction(conn)?;
+        let consecutive_ids = self.server(conn).await?.consecutive_ids;
+        enqueue::many(conn, tasks, consecutive_ids).await
+    }
+
+    async fn claim(&self, id: TaskId, lease: &LeaseRequest) -> Result<ClaimOutcome> {
+        let mut conn = self.conn().await?;
+        self.server(&mut conn).await?;
+        claim::one(&mut conn, id, lease).await
+    }
+
+    async fn claim_due(&self, request: &BatchRequest) -> Result<Vec<Record>> {
+        let mut conn = self.conn().await?;
+        self.server(&mut conn).await?;
+        claim::due(&mut conn, request).await
+    }
+
+    async fn complete(&self, completions: &[Completion]) -> Result<u64> {
+        complete::write(&mut *self.conn().await?, completions).await
+    }
+
+    async fn get(&self, id: TaskId) -> Result<Record> {
+        query::get(&mut *self.conn().await?, id)
+            .await?
+            .ok_or(Error::NotFound(id))
+    }
+}

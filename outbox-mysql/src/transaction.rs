@@ -1,0 +1,43 @@
+//! [`transaction`]: business writes and enqueues in one transaction, sent after commit.
+
+use diesel_async::AsyncMysqlConnection;
+use outbox_core::{Tx, TxBody, Worker};
+
+use crate::MysqlStore;
+
+/// Runs `body` in a transaction on `conn`; after it commits, every task the
+/// body enqueued through its [`Tx`] is sent with [`Worker::send_async`].
+///
+/// If the body fails or the commit fails, everything rolls back and nothing
+/// is sent. A send that fails after commit is retried by the next round.
+///
+/// ```no_run
+/// use diesel_async::AsyncMysqlConnection;
+/// use outbox_mysql::{transaction, MysqlStore};
+/// use outbox_mysql::outbox::{Task, Worker};
+///
+/// # async fn demo(worker: Worker<MysqlStore>, conn: &mut AsyncMysqlConnection) -> anyhow::Result<()> {
+/// transaction(&worker, conn, async |mut tx| {
+///     // diesel::insert_into(orders::table)...execute(tx.conn()).await?;
+///     tx.enqueue(Task::json("order.created", 1, &serde_json::json!({ "order": 42 }))?)
+///         .await?;
+///     anyhow::Ok(())
+/// })
+/// .await?;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn transaction<R, E, F>(
+    worker: &Worker<MysqlStore>,
+    conn: &mut AsyncMysqlConnection,
+    body: F,
+) -> Result<R, E>
+where
+    for<'r> F: AsyncFnOnce(Tx<'r, MysqlStore>) -> Result<R, E>
+        + TxBody<Tx<'r, MysqlStore>, Result<R, E>, Fut: Send>
+        + Send,
+    E: From<diesel::result::Error> + Send,
+    R: Send,
+{
+    outbox_diesel::transaction(worker, conn, body).await
+}

@@ -1,0 +1,6 @@
+//! MySQL/MariaDB integration tests: the shared conformance suite, then what
+//! is specific to this backend. One binary, so the linker runs once.
+
+mod conformance {
+    outbox_testkit::conformance_tests!(outbox_testkit::mysql::MysqlTestDb);
+}

@@ -1,0 +1,111 @@
+//! Isolated MySQL/MariaDB databases for tests: [`MysqlTestDb`].
+
+use anyhow::Context as _;
+use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
+use outbox_mysql::{MysqlStore, run_migrations};
+
+use crate::{TestBackend, url};
+
+/// Environment variable naming the MySQL/MariaDB server tests use.
+pub const URL_VAR: &str = "OUTBOX_MYSQL_URL";
+/// The server used when [`URL_VAR`] is unset.
+pub const DEFAULT_URL: &str = "mysql://root@127.0.0.1:3306/test";
+/// How to start the local server when it is not running.
+pub const START_HINT: &str =
+    "start it with: start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd";
+
+/// A database of its own for one test, migrated, with a [`MysqlStore`] on it.
+///
+/// Dropped when the value drops; kept (and named on stderr) when the thread
+/// is panicking, so a failed test's rows can be inspected.
+#[derive(Debug)]
+pub struct MysqlTestDb {
+    name: String,
+    admin_url: String,
+    url: String,
+    store: MysqlStore,
+}
+
+impl MysqlTestDb {
+    /// The URL of this test's database.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+async fn admin_connection(admin_url: &str) -> anyhow::Result<AsyncMysqlConnection> {
+    AsyncMysqlConnection::establish(admin_url)
+        .await
+        .with_context(|| format!("MySQL at {admin_url} ({URL_VAR}) is unreachable; {START_HINT}"))
+}
+
+impl TestBackend for MysqlTestDb {
+    type Store = MysqlStore;
+    type Conn = AsyncMysqlConnection;
+
+    async fn create(test: &str) -> anyhow::Result<Self> {
+        let admin_url = url::from_env(URL_VAR, DEFAULT_URL);
+        let name = url::database_name(test);
+        let mut admin = admin_connection(&admin_url).await?;
+        admin
+            .batch_execute(&format!("CREATE DATABASE `{name}`"))
+            .await
+            .with_context(|| format!("creating test database {name}"))?;
+        let url = url::with_database(&admin_url, &name);
+        let conn = AsyncMysqlConnection::establish(&url)
+            .await
+            .with_context(|| format!("connecting to {url}"))?;
+        run_migrations(conn)
+            .await
+            .context("migrating the test database")?;
+        let store = MysqlStore::connect(&url, 8)?;
+        Ok(Self {
+            name,
+            admin_url,
+            url,
+            store,
+        })
+    }
+
+    fn store(&self) -> &MysqlStore {
+        &self.store
+    }
+
+    async fn connect(&self) -> anyhow::Result<AsyncMysqlConnection> {
+        AsyncMysqlConnection::establish(&self.url)
+            .await
+            .with_context(|| format!("connecting to {}", self.url))
+    }
+
+    async fn count_tasks(&self) -> anyhow::Result<i64> {
+        let mut conn = self.store.pool().get().await?;
+        Ok(diesel::sql_query("SELECT COUNT(*) AS n FROM outbox_tasks")
+            .get_result::<crate::Count>(&mut *conn)
+            .await?
+            .n)
+    }
+}
+
+impl Drop for MysqlTestDb {
+    fn drop(&mut self) {
+        self.store.pool().close();
+        if std::thread::panicking() {
+            eprintln!("test failed: kept database {} ({})", self.name, self.url);
+            return;
+        }
+        let admin_url = self.admin_url.clone();
+        let statement = format!("DROP DATABASE IF EXISTS `{}`", self.name);
+        crate::drop_database::run(async move {
+            admin_connection(&admin_url)
+                .await?
+                .batch_execute(&statement)
+                .await?;
+            Ok(())
+        });
+    }
+}
