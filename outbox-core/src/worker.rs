@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use tokio::{runtime::Handle, task::JoinHandle};
+use tokio::{runtime::Handle, sync::watch, task::JoinHandle};
 
 use crate::{
     ClaimOutcome, Error, LeaseRequest, Record, Registry, Result, Status, Store, TaskId,
@@ -34,6 +34,24 @@ struct Inner<S> {
     registry: Registry,
     config: WorkerConfig,
     runtime: Handle,
+    /// How many `send_async` tasks are running.
+    in_flight: watch::Sender<usize>,
+}
+
+/// Counts one `send_async` task while it lives, even if it panics or is aborted.
+struct InFlight(watch::Sender<usize>);
+
+impl InFlight {
+    fn start(counter: &watch::Sender<usize>) -> Self {
+        counter.send_modify(|n| *n += 1);
+        Self(counter.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 impl<S: Store> Worker<S> {
@@ -57,6 +75,7 @@ impl<S: Store> Worker<S> {
                 registry,
                 config,
                 runtime,
+                in_flight: watch::channel(0).0,
             }),
         })
     }
@@ -120,13 +139,24 @@ impl<S: Store> Worker<S> {
     /// `retry_pending`. Awaiting the handle is optional.
     pub fn send_async(&self, id: TaskId) -> JoinHandle<Result<()>> {
         let worker = self.clone();
+        let in_flight = InFlight::start(&self.inner.in_flight);
         self.inner.runtime.spawn(async move {
+            let _in_flight = in_flight;
             let result = worker.send(id).await;
             if let Err(error) = &result {
                 tracing::warn!(task_id = id.get(), %error, "asynchronous send did not deliver");
             }
             result
         })
+    }
+
+    /// Resolves once no [`send_async`](Worker::send_async) of this worker (or
+    /// its clones) is running: for a graceful shutdown, or a test that must
+    /// see the outcome of sends it did not await.
+    pub async fn wait_idle(&self) {
+        let mut in_flight = self.inner.in_flight.subscribe();
+        // The sender lives in `self`, so the channel cannot close meanwhile.
+        let _ = in_flight.wait_for(|n| *n == 0).await;
     }
 
     /// Runs the handler for a claimed record and decides the completion.
