@@ -4,5 +4,3 @@
 mod conformance {
     outbox_testkit::conformance_tests!(outbox_testkit::postgres::PgTestDb);
 }
-mod migrations;
-mod transaction;

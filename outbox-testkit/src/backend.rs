@@ -26,6 +26,21 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
     /// A new connection of its own to this database.
     fn connect(&self) -> impl Future<Output = anyhow::Result<Self::Conn>> + Send;
 
+    /// Runs SQL statements (for example a test's own business table).
+    fn execute(&self, sql: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// How many rows `table` holds.
+    fn count(&self, table: &str) -> impl Future<Output = anyhow::Result<i64>> + Send;
+
     /// How many rows `outbox_tasks` holds, whatever their status.
-    fn count_tasks(&self) -> impl Future<Output = anyhow::Result<i64>> + Send;
+    fn count_tasks(&self) -> impl Future<Output = anyhow::Result<i64>> + Send {
+        self.count("outbox_tasks")
+    }
+
+    /// Applies the backend's outbox migrations on a new connection, as
+    /// users do; returns the versions applied.
+    fn migrate(&self) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
+
+    /// Reverts the backend's outbox migrations; returns the versions reverted.
+    fn revert(&self) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
 }

@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
-use outbox_mysql::{MysqlStore, run_migrations};
+use outbox_mysql::{MysqlStore, revert_migrations, run_migrations};
 
 use crate::{TestBackend, url};
 
@@ -82,12 +82,27 @@ impl TestBackend for MysqlTestDb {
             .with_context(|| format!("connecting to {}", self.url))
     }
 
-    async fn count_tasks(&self) -> anyhow::Result<i64> {
+    async fn execute(&self, sql: &str) -> anyhow::Result<()> {
         let mut conn = self.store.pool().get().await?;
-        Ok(diesel::sql_query("SELECT COUNT(*) AS n FROM outbox_tasks")
-            .get_result::<crate::Count>(&mut *conn)
-            .await?
-            .n)
+        Ok(conn.batch_execute(sql).await?)
+    }
+
+    async fn count(&self, table: &str) -> anyhow::Result<i64> {
+        let mut conn = self.store.pool().get().await?;
+        Ok(
+            diesel::sql_query(format!("SELECT COUNT(*) AS n FROM {table}"))
+                .get_result::<crate::Count>(&mut *conn)
+                .await?
+                .n,
+        )
+    }
+
+    async fn migrate(&self) -> anyhow::Result<Vec<String>> {
+        Ok(run_migrations(self.connect().await?).await?)
+    }
+
+    async fn revert(&self) -> anyhow::Result<Vec<String>> {
+        Ok(revert_migrations(self.connect().await?).await?)
     }
 }
 

@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
-use outbox_postgres::{PgStore, run_migrations};
+use outbox_postgres::{PgStore, revert_migrations, run_migrations};
 
 use crate::{TestBackend, url};
 
@@ -95,12 +95,27 @@ impl TestBackend for PgTestDb {
             .with_context(|| format!("connecting to {}", self.url))
     }
 
-    async fn count_tasks(&self) -> anyhow::Result<i64> {
+    async fn execute(&self, sql: &str) -> anyhow::Result<()> {
         let mut conn = self.store.pool().get().await?;
-        Ok(diesel::sql_query("SELECT COUNT(*) AS n FROM outbox_tasks")
-            .get_result::<crate::Count>(&mut *conn)
-            .await?
-            .n)
+        Ok(conn.batch_execute(sql).await?)
+    }
+
+    async fn count(&self, table: &str) -> anyhow::Result<i64> {
+        let mut conn = self.store.pool().get().await?;
+        Ok(
+            diesel::sql_query(format!("SELECT COUNT(*) AS n FROM {table}"))
+                .get_result::<crate::Count>(&mut *conn)
+                .await?
+                .n,
+        )
+    }
+
+    async fn migrate(&self) -> anyhow::Result<Vec<String>> {
+        Ok(run_migrations(self.connect().await?).await?)
+    }
+
+    async fn revert(&self) -> anyhow::Result<Vec<String>> {
+        Ok(revert_migrations(self.connect().await?).await?)
     }
 }
 

@@ -154,3 +154,40 @@ pub async fn hung_handler_is_cut_and_another_worker_delivers<B: TestBackend>(
     assert_eq!((record.status, record.attempts), (Status::Succeeded, 2));
     Ok(())
 }
+
+/// The same worker re-claims after its own lease lapsed: the older attempt's
+/// completion is fenced out by the attempt number alone.
+pub async fn stale_attempt_of_the_same_owner_is_fenced<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    let store = db.store();
+    let id = enqueue_one(db, task(1)).await?;
+    let first = claimed(store.claim(id, &lease("w", Duration::ZERO)).await?)?;
+    let second = claimed(
+        store
+            .claim(id, &lease("w", Duration::from_secs(30)))
+            .await?,
+    )?;
+    assert_eq!((first.attempts, second.attempts), (1, 2));
+    assert_eq!(store.complete(&[succeeded(&first, "w")]).await?, 0);
+    let row = get(db, id).await?;
+    assert_eq!((row.status, row.attempts), (Status::Pending, 2));
+    assert_eq!(row.lease, second.lease);
+    Ok(())
+}
+
+/// A completion with the right attempt but another owner changes nothing.
+pub async fn completion_by_another_owner_is_fenced<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let store = db.store();
+    let id = enqueue_one(db, task(1)).await?;
+    let by_a = claimed(
+        store
+            .claim(id, &lease("a", Duration::from_secs(30)))
+            .await?,
+    )?;
+    assert_eq!(store.complete(&[succeeded(&by_a, "b")]).await?, 0);
+    let row = get(db, id).await?;
+    assert_eq!(row.status, Status::Pending);
+    assert_eq!(row.lease, by_a.lease);
+    Ok(())
+}

@@ -16,17 +16,23 @@ mod delivery;
 mod enqueue;
 mod input;
 mod leases;
+mod migrations;
+mod ordering;
 mod rounds;
 mod send;
 pub mod support;
+mod transaction;
 
 pub use async_send::*;
 pub use delivery::*;
 pub use enqueue::*;
 pub use input::*;
 pub use leases::*;
+pub use migrations::*;
+pub use ordering::*;
 pub use rounds::*;
 pub use send::*;
+pub use transaction::*;
 
 /// Expands into one `#[tokio::test]` per conformance scenario for the given
 /// [`TestBackend`](crate::TestBackend) type. Each test creates its own
@@ -54,24 +60,46 @@ macro_rules! conformance_tests {
             concurrent_sends_run_the_handler_once,
             lease_takeover_fences_the_late_writer,
             hung_handler_is_cut_and_another_worker_delivers,
+            stale_attempt_of_the_same_owner_is_fenced,
+            completion_by_another_owner_is_fenced,
             retry_rounds_share_work_exactly_once,
             retry_round_expires_overdue_tasks,
+            writers_and_workers_run_side_by_side,
+            a_round_tries_each_task_once,
+            a_round_skips_rows_locked_elsewhere,
+            claims_near_their_lease_end_are_released,
+            send_waits_for_the_older_task_of_its_key,
+            a_round_keeps_a_key_in_order,
             send_async_returns_at_once,
             hanging_handler_is_cut_at_the_timeout,
             panicking_handler_is_recorded_and_the_worker_lives,
             headers_reach_the_handler_unchanged,
             last_error_is_cut_on_a_utf8_boundary,
+            transaction_sends_after_commit,
+            transaction_failure_writes_and_sends_nothing,
+        );
+        $crate::conformance_tests!(@each $backend, (flavor = "current_thread");
+            migrations_are_idempotent_and_reversible,
         );
     };
     (@each $backend:ty; $($scenario:ident),* $(,)?) => {
+        $crate::conformance_tests!(
+            @each $backend, (flavor = "multi_thread", worker_threads = 2); $($scenario),*
+        );
+    };
+    (@each $backend:ty, $runtime:tt; $($scenario:ident),* $(,)?) => {
         $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[tokio::test $runtime]
             async fn $scenario() {
                 let db = <$backend as $crate::TestBackend>::create(stringify!($scenario))
                     .await
                     .unwrap_or_else(|error| panic!("{error:#}"));
-                if let Err(error) = $crate::conformance::$scenario(&db).await {
-                    panic!("{error:#}");
+                // A broken timeout or lock must fail the test, not hang CI.
+                let limit = ::std::time::Duration::from_secs(120);
+                match ::tokio::time::timeout(limit, $crate::conformance::$scenario(&db)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => panic!("{error:#}"),
+                    Err(_) => panic!("the scenario did not finish within {limit:?}"),
                 }
             }
         )*

@@ -1,10 +1,17 @@
 //! `retry_pending`: compensation rounds shared by several workers (issue proof 7).
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
 
 use chrono::{TimeDelta, Utc};
-use diesel_async::AsyncConnection;
-use outbox_core::{Registry, Status, Store, Task, TaskId};
+use diesel_async::{AsyncConnection, SimpleAsyncConnection};
+use outbox_core::{Registry, Status, Store, Task, TaskId, WorkerConfig, handler_fn};
 
 use super::support::{KIND, config, get, task, worker};
 use crate::{TestBackend, handler};
@@ -89,5 +96,148 @@ pub async fn retry_round_expires_overdue_tasks<B: TestBackend>(db: &B) -> anyhow
         assert_eq!((record.status, record.attempts), (Status::Failed, 0));
         assert!(record.finished_at.is_some());
     }
+    Ok(())
+}
+
+/// 8 writers enqueue batches while two workers run rounds: no database error
+/// (deadlock or lock timeout) reaches a caller, every task is handled exactly
+/// once, and each delivery carries the payload enqueued under its id.
+pub async fn writers_and_workers_run_side_by_side<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    const WRITERS: usize = 8;
+    const BATCHES: usize = 10;
+    const BATCH: usize = 50;
+    let (mock, handle) = handler::recording();
+    let registry = super::support::registry(mock)?;
+    let workers = [
+        worker(db, registry.clone(), config("worker-1"))?,
+        worker(db, registry, config("worker-2"))?,
+    ];
+    let writing = AtomicUsize::new(WRITERS);
+    let write = async |writer: usize| -> anyhow::Result<Vec<(TaskId, Vec<u8>)>> {
+        let store = db.store();
+        let mut conn = db.connect().await?;
+        let mut written = Vec::new();
+        for batch in 0..BATCHES {
+            let tasks: Vec<Task> = (0..BATCH)
+                .map(|n| task(writer * 100_000 + batch * 1_000 + n))
+                .collect();
+            let payloads: Vec<Vec<u8>> = tasks.iter().map(|t| t.payload.clone()).collect();
+            let ids = conn
+                .transaction::<_, anyhow::Error, _>(async |tx| {
+                    Ok(store.enqueue_many(tx, tasks).await?)
+                })
+                .await?;
+            written.extend(ids.into_iter().zip(payloads));
+        }
+        writing.fetch_sub(1, Ordering::SeqCst);
+        Ok(written)
+    };
+    let drain = async |worker: &outbox_core::Worker<B::Store>| -> anyhow::Result<u64> {
+        let mut handled = 0;
+        loop {
+            let done = writing.load(Ordering::SeqCst) == 0;
+            let report = worker.retry_pending(100).await?;
+            handled += report.succeeded;
+            // Once every writer finished, one empty round means nothing is left.
+            if done && report.claimed == 0 {
+                return Ok(handled);
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    let writers = futures_util::future::try_join_all((0..WRITERS).map(write));
+    let drains = futures_util::future::try_join(drain(&workers[0]), drain(&workers[1]));
+    let (written, (first, second)) = futures_util::future::try_join(writers, drains).await?;
+
+    let expected: HashMap<TaskId, Vec<u8>> = written.into_iter().flatten().collect();
+    assert_eq!(expected.len(), WRITERS * BATCHES * BATCH, "ids were reused");
+    let deliveries = handle.deliveries();
+    assert_eq!(
+        deliveries.len(),
+        expected.len(),
+        "a task was lost or handled twice"
+    );
+    assert_eq!(first + second, expected.len() as u64);
+    let mut seen = HashMap::new();
+    for delivery in deliveries {
+        assert_eq!(
+            expected.get(&delivery.id).map(Vec::as_slice),
+            Some(delivery.payload()),
+            "task {} carried another task's payload",
+            delivery.id
+        );
+        *seen.entry(delivery.id).or_insert(0) += 1;
+    }
+    assert!(seen.values().all(|&n| n == 1), "a task was handled twice");
+    Ok(())
+}
+
+/// With batch size 1 and retries due at once, each task is still tried once
+/// per round: the round moves on instead of retrying the same task forever.
+pub async fn a_round_tries_each_task_once<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    super::support::enqueue_committed(db, vec![task(1), task(2), task(3)]).await?;
+    let (mock, handle) = handler::failing(usize::MAX);
+    let worker = worker(db, super::support::registry(mock)?, config("w"))?;
+    let report = tokio::time::timeout(Duration::from_secs(10), worker.retry_pending(1))
+        .await
+        .map_err(|_| anyhow::anyhow!("the round did not end"))??;
+    assert_eq!((report.claimed, report.retried), (3, 3));
+    assert_eq!(handle.calls(), 3);
+    Ok(())
+}
+
+/// A row another session holds locked is skipped, not waited for.
+pub async fn a_round_skips_rows_locked_elsewhere<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let ids = super::support::enqueue_committed(db, vec![task(1), task(2), task(3)]).await?;
+    let mut locker = db.connect().await?;
+    locker.batch_execute("BEGIN").await?;
+    locker
+        .batch_execute(&format!(
+            "SELECT id FROM outbox_tasks WHERE id = {} FOR UPDATE",
+            ids[0].get()
+        ))
+        .await?;
+    let (mock, handle) = handler::recording();
+    let worker = worker(db, super::support::registry(mock)?, config("w"))?;
+    let report = tokio::time::timeout(Duration::from_secs(5), worker.retry_pending(10))
+        .await
+        .map_err(|_| anyhow::anyhow!("the round waited for a locked row"))??;
+    assert_eq!(report.claimed, 2);
+    assert_eq!(handle.succeeded_ids(), &ids[1..]);
+    locker.batch_execute("ROLLBACK").await?;
+    Ok(())
+}
+
+/// A claim with less lease left than the handler timeout is given back
+/// unstarted: due again at once, attempt counted, error untouched.
+pub async fn claims_near_their_lease_end_are_released<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    let ids = super::support::enqueue_committed(db, vec![task(1), task(2), task(3)]).await?;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    // Each call takes most of the handler timeout, so with one at a time the
+    // third claim has too little lease left to start.
+    let slow = handler_fn(move |_| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async {
+            tokio::time::sleep(Duration::from_millis(90)).await;
+            Ok(())
+        }
+    });
+    let config = WorkerConfig {
+        handler_timeout: Duration::from_millis(100),
+        lease_duration: Duration::from_millis(200),
+        concurrency: 1,
+        ..config("w")
+    };
+    let worker = worker(db, super::support::registry(slow)?, config)?;
+    let report = worker.retry_pending(10).await?;
+    assert!(report.released >= 1, "{report:?}");
+    assert_eq!(calls.load(Ordering::SeqCst) as u64 + report.released, 3);
+    let last = get(db, ids[2]).await?;
+    assert_eq!((last.status, last.attempts), (Status::Pending, 1));
+    assert_eq!(last.last_error, "");
+    assert!(last.lease.is_none());
     Ok(())
 }

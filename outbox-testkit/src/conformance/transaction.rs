@@ -1,0 +1,61 @@
+//! Enqueue-then-send transactions: business rows and tasks commit together,
+//! and tasks are sent only after the commit.
+
+use diesel_async::SimpleAsyncConnection;
+use outbox_core::{Status, Store, Task};
+use outbox_diesel::transaction;
+
+use super::support::{KIND, config, registry, worker};
+use crate::{TestBackend, handler};
+
+const ORDERS: &str = "CREATE TABLE orders (id BIGINT PRIMARY KEY)";
+
+/// A committed body's tasks are handled after the commit; its rows are there.
+pub async fn transaction_sends_after_commit<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    db.execute(ORDERS).await?;
+    let (mock, handle) = handler::recording();
+    let worker = worker(db, registry(mock)?, config("w"))?;
+    let mut conn = db.connect().await?;
+    let id = transaction(&worker, &mut conn, async |mut tx| {
+        tx.conn()
+            .batch_execute("INSERT INTO orders (id) VALUES (42)")
+            .await?;
+        let id = tx.enqueue(Task::new(KIND, 1, "{\"order\":42}")).await?;
+        anyhow::Ok(id)
+    })
+    .await?;
+    assert_eq!(db.count("orders").await?, 1);
+    worker.wait_idle().await;
+    assert_eq!(handle.succeeded_ids(), [id]);
+    assert_eq!(db.store().get(id).await?.status, Status::Succeeded);
+    Ok(())
+}
+
+/// A failing body rolls back its business rows and its tasks, and nothing is
+/// sent.
+pub async fn transaction_failure_writes_and_sends_nothing<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    db.execute(ORDERS).await?;
+    let (mock, handle) = handler::recording();
+    let worker = worker(db, registry(mock)?, config("w"))?;
+    let mut conn = db.connect().await?;
+    let result: anyhow::Result<()> = transaction(&worker, &mut conn, async |mut tx| {
+        tx.conn()
+            .batch_execute("INSERT INTO orders (id) VALUES (7)")
+            .await?;
+        tx.enqueue(Task::new(KIND, 1, "{}")).await?;
+        anyhow::bail!("payment declined")
+    })
+    .await;
+    assert_eq!(
+        result.err().map(|e| e.to_string()).as_deref(),
+        Some("payment declined")
+    );
+    assert_eq!(db.count("orders").await?, 0);
+    assert_eq!(db.count_tasks().await?, 0);
+    // Nothing was handed to the worker, and a round finds nothing either.
+    assert_eq!(worker.retry_pending(10).await?.claimed, 0);
+    assert_eq!(handle.calls(), 0);
+    Ok(())
+}
