@@ -2,9 +2,11 @@
 //!
 //! - `migrate --database-url URL [--revert]`: apply (or revert) the outbox
 //!   migrations, the same embedded set `run_migrations` applies.
+//! - `ci`: checks beyond the tests, such as backends compiling only when chosen.
 
 use clap::{Parser, Subcommand};
 
+mod ci;
 mod migrate;
 
 #[derive(Debug, Parser)]
@@ -18,16 +20,19 @@ struct Cli {
 enum Command {
     /// Apply the outbox migrations to a database (or revert them).
     Migrate(migrate::Args),
+    /// Checks beyond the tests (dependency separation of the backends).
+    Ci(ci::Args),
 }
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    match Cli::parse().command {
+        Command::Migrate(args) => runtime()?.block_on(migrate::run(args)),
+        Command::Ci(args) => ci::run(args),
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        match cli.command {
-            Command::Migrate(args) => migrate::run(args).await,
-        }
-    })
+        .build()?)
 }

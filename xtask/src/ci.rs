@@ -1,0 +1,53 @@
+//! `cargo xtask ci`: checks that plain `cargo test` cannot make.
+//!
+//! Backends compile only when chosen: depending on `outbox-postgres` must not
+//! build `mysql_async`, and `outbox-mysql` must not build `tokio-postgres`.
+
+use std::process::Command;
+
+use anyhow::{Context as _, bail, ensure};
+
+/// Arguments of `ci`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {}
+
+/// `(package, crate it must not pull in)`.
+const SEPARATED: [(&str, &str); 2] = [
+    ("outbox-postgres", "mysql_async"),
+    ("outbox-mysql", "tokio-postgres"),
+];
+
+pub(crate) fn run(_args: Args) -> anyhow::Result<()> {
+    for (package, forbidden) in SEPARATED {
+        let tree = cargo_tree(package)?;
+        ensure!(
+            tree.lines().any(|line| line.starts_with(package)),
+            "cargo tree -p {package} did not list {package} itself"
+        );
+        if let Some(line) = tree
+            .lines()
+            .find(|line| line.starts_with(&format!("{forbidden} ")))
+        {
+            bail!(
+                "{package} depends on {forbidden} ({line}); backends must compile only when chosen"
+            );
+        }
+        eprintln!("ok: {package} does not depend on {forbidden}");
+    }
+    Ok(())
+}
+
+/// `cargo tree -p package -e normal --prefix none`: one crate per line.
+fn cargo_tree(package: &str) -> anyhow::Result<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = Command::new(cargo)
+        .args(["tree", "-p", package, "-e", "normal", "--prefix", "none"])
+        .output()
+        .context("running cargo tree")?;
+    ensure!(
+        output.status.success(),
+        "cargo tree -p {package} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(String::from_utf8(output.stdout)?)
+}
