@@ -1,17 +1,22 @@
 //! Running one handler call: timeout, panic capture and the attempt's span.
 
-use std::{any::Any, panic::AssertUnwindSafe, time::Duration};
+use std::{
+    any::Any,
+    panic::AssertUnwindSafe,
+    time::{Duration, Instant},
+};
 
 use futures_util::FutureExt;
 use tracing::Instrument;
 
-use crate::{Delivery, Record, Registry, transition::Outcome};
+use crate::{Delivery, Record, Registry, telemetry, transition::Outcome};
 
 /// Runs the handler registered for `record` and says how the attempt went.
 ///
 /// A handler that exceeds `timeout` is dropped and the attempt is retryable;
 /// a panic is caught and recorded the same way, so the worker lives on.
 pub(crate) async fn run_handler(registry: &Registry, record: Record, timeout: Duration) -> Outcome {
+    let created_at = record.created_at;
     let delivery = Delivery::new(record.id, record.attempts, record.task);
     let key = delivery.key();
     let span = tracing::info_span!(
@@ -26,8 +31,17 @@ pub(crate) async fn run_handler(registry: &Registry, record: Record, timeout: Du
         let Some(handler) = registry.get(&key) else {
             return Outcome::NoHandler(format!("no handler registered for {key}"));
         };
+        if delivery.attempt == 1 {
+            let since_insert = (chrono::Utc::now() - created_at)
+                .to_std()
+                .unwrap_or_default();
+            telemetry::commit_to_send(&key.kind, since_insert);
+        }
+        let started = Instant::now();
         let call = AssertUnwindSafe(handler.handle(delivery)).catch_unwind();
-        match tokio::time::timeout(timeout, call).await {
+        let result = tokio::time::timeout(timeout, call).await;
+        telemetry::handler_duration(&key.kind, started.elapsed());
+        match result {
             Ok(Ok(Ok(()))) => Outcome::Succeeded,
             Ok(Ok(Err(error))) if error.is_permanent() => Outcome::Permanent(error.to_string()),
             Ok(Ok(Err(error))) => Outcome::Retryable(error.to_string()),

@@ -62,6 +62,14 @@ pub enum Error {
     /// The task already failed for good; `requeue` it to try again.
     #[error("task {0} has failed; requeue it to send it again")]
     Failed(TaskId),
+    /// Only a failed task can be requeued.
+    #[error("task {id} is {status}, not failed; only failed tasks can be requeued")]
+    NotFailed {
+        /// The task.
+        id: TaskId,
+        /// Its current status.
+        status: crate::Status,
+    },
     /// No handler is registered for the task's kind and version; the task stays pending.
     #[error("task {id}: no handler registered for {key}")]
     NoHandler {

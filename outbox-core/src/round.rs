@@ -5,7 +5,7 @@ use std::time::Instant;
 use futures_util::{StreamExt, stream};
 
 use crate::{
-    BatchRequest, Error, Record, Result, Status, Store, Worker,
+    BatchRequest, Error, Record, Result, Status, Store, Worker, telemetry,
     transition::{self, Completion, Fence},
 };
 
@@ -73,14 +73,11 @@ impl<S: Store> Worker<S> {
                 request.due_by = records.iter().map(|r| r.updated_at).min();
             }
             let exhausted = records.len() < batch_size;
-            let mut due = Vec::with_capacity(records.len());
-            for record in records {
-                if record.status == Status::Failed {
-                    report.expired += 1;
-                } else {
-                    due.push(record);
-                }
-            }
+            let (expired, due): (Vec<Record>, Vec<Record>) = records
+                .into_iter()
+                .partition(|record| record.status == Status::Failed);
+            report.expired += expired.len() as u64;
+            telemetry::expired(expired.len() as u64);
             report.claimed += due.len() as u64;
             let completions: Vec<Completion> = stream::iter(due)
                 .map(|record| self.attempt_within_lease(record, claimed_at))

@@ -8,6 +8,7 @@ use crate::{
     ClaimOutcome, Error, LeaseRequest, Record, Registry, Result, Status, Store, TaskId,
     WorkerConfig,
     attempt::run_handler,
+    telemetry,
     transition::{self, Completion, Outcome},
 };
 
@@ -110,7 +111,10 @@ impl<S: Store> Worker<S> {
             ClaimOutcome::Claimed(record) => *record,
             ClaimOutcome::Finished(Status::Succeeded) => return Ok(()),
             ClaimOutcome::Finished(_) => return Err(Error::Failed(id)),
-            ClaimOutcome::Expired => return Err(Error::Expired(id)),
+            ClaimOutcome::Expired => {
+                telemetry::expired(1);
+                return Err(Error::Expired(id));
+            }
             ClaimOutcome::NotFound => return Err(Error::NotFound(id)),
             ClaimOutcome::Leased { until } => return Err(Error::Busy { id, until }),
             ClaimOutcome::NotDue { at } => return Err(Error::NotDue { id, at }),
@@ -167,6 +171,7 @@ impl<S: Store> Worker<S> {
             attempt: record.attempts,
         };
         let max_attempts = record.task.max_attempts;
+        let kind = record.task.kind.clone();
         let outcome = run_handler(
             &self.inner.registry,
             record,
@@ -179,6 +184,7 @@ impl<S: Store> Worker<S> {
             outcome.clone(),
             &self.inner.config.retry,
         );
+        telemetry::outcome(&kind, &completion);
         (completion, outcome)
     }
 

@@ -1,0 +1,56 @@
+//! Operations beside sending: [`Maintenance`] (stats, requeue, purge, wake-ups).
+
+use std::{future::Future, pin::Pin, time::Duration};
+
+use futures_util::Stream;
+
+use crate::{Result, Store, TaskId};
+
+/// Counts per status and how far behind the outbox is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Tasks waiting for (or in) an attempt.
+    pub pending: u64,
+    /// Tasks delivered and kept for retention.
+    pub succeeded: u64,
+    /// Tasks that failed for good and wait for an operator.
+    pub failed: u64,
+    /// How long the oldest due task has been due; `None` when nothing is due.
+    pub oldest_due_age: Option<Duration>,
+}
+
+/// Signals that new tasks may be due (PostgreSQL `NOTIFY`); the stream ends
+/// when its connection is lost.
+pub type Wakeups = Pin<Box<dyn Stream<Item = ()> + Send>>;
+
+/// What operators and the [`Relay`](crate::Relay) need beyond sending.
+pub trait Maintenance: Store {
+    /// Counts per status and the age of the oldest due task.
+    fn stats(&self) -> impl Future<Output = Result<Stats>> + Send;
+
+    /// Gives a failed task another chance: pending and due at once, its
+    /// attempts and last error kept. [`Error::NotFailed`](crate::Error::NotFailed)
+    /// unless it is failed.
+    fn requeue(&self, id: TaskId) -> impl Future<Output = Result<()>> + Send;
+
+    /// Deletes succeeded and failed tasks finished more than `older_than`
+    /// ago, `batch` rows per statement so no statement holds locks for long;
+    /// returns how many were deleted. Pending tasks are never touched.
+    fn purge_finished(
+        &self,
+        older_than: Duration,
+        batch: usize,
+    ) -> impl Future<Output = Result<u64>> + Send;
+
+    /// How long until the next pending task that is not due yet becomes due
+    /// (a scheduled task, or a retry after its backoff); `None` when none is
+    /// waiting. The relay sleeps at most this long.
+    fn next_due(&self) -> impl Future<Output = Result<Option<Duration>>> + Send;
+
+    /// A stream of wake-ups sent when tasks are committed, if the store
+    /// offers one; `None` (the default) means: poll.
+    fn wakeups(&self) -> impl Future<Output = Result<Option<Wakeups>>> + Send {
+        async { Ok(None) }
+    }
+}

@@ -1,0 +1,54 @@
+//! Metrics through the `metrics` facade; install any recorder to collect them.
+//!
+//! | name | kind | labels | meaning |
+//! |---|---|---|---|
+//! | `outbox_enqueued_total` | counter | | tasks enqueued |
+//! | `outbox_sent_total` | counter | `kind` | attempts that succeeded |
+//! | `outbox_retried_total` | counter | `kind` | attempts that failed and will be retried |
+//! | `outbox_failed_total` | counter | `kind` | tasks that failed for good |
+//! | `outbox_expired_total` | counter | | tasks that expired unsent |
+//! | `outbox_handler_duration_seconds` | histogram | `kind` | handler run time |
+//! | `outbox_commit_to_send_seconds` | histogram | `kind` | from insert to the first attempt's start |
+//! | `outbox_backlog` | gauge | | pending tasks, as the relay last counted |
+
+use std::time::Duration;
+
+use crate::{Status, transition::Completion};
+
+/// Counts tasks enqueued.
+pub fn enqueued(count: usize) {
+    metrics::counter!("outbox_enqueued_total").increment(count as u64);
+}
+
+/// Counts tasks expired unsent.
+pub fn expired(count: u64) {
+    metrics::counter!("outbox_expired_total").increment(count);
+}
+
+/// Records how long a handler for `kind` ran.
+pub(crate) fn handler_duration(kind: &str, duration: Duration) {
+    metrics::histogram!("outbox_handler_duration_seconds", "kind" => kind.to_owned())
+        .record(duration.as_secs_f64());
+}
+
+/// Records the delay between a task's insert and its first attempt.
+pub(crate) fn commit_to_send(kind: &str, delay: Duration) {
+    metrics::histogram!("outbox_commit_to_send_seconds", "kind" => kind.to_owned())
+        .record(delay.as_secs_f64());
+}
+
+/// Counts an attempt's outcome.
+pub(crate) fn outcome(kind: &str, completion: &Completion) {
+    let name = match (completion.status, &completion.last_error) {
+        (Status::Succeeded, _) => "outbox_sent_total",
+        (Status::Failed, _) => "outbox_failed_total",
+        (Status::Pending, Some(_)) => "outbox_retried_total",
+        (Status::Pending, None) => return, // a released claim is no outcome
+    };
+    metrics::counter!(name, "kind" => kind.to_owned()).increment(1);
+}
+
+/// Publishes the number of pending tasks.
+pub(crate) fn backlog(pending: u64) {
+    metrics::gauge!("outbox_backlog").set(pending as f64);
+}
