@@ -54,6 +54,7 @@
 mod claim;
 mod complete;
 mod enqueue;
+mod maintenance;
 mod migrate;
 mod query;
 mod row;

@@ -11,7 +11,7 @@ use diesel_async::{
 };
 use outbox_core::{
     BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Store, Task, TaskId,
-    transition::Completion,
+    telemetry, transition::Completion,
 };
 use tokio::sync::OnceCell;
 
@@ -77,7 +77,9 @@ impl Store for MysqlStore {
     type Conn = AsyncMysqlConnection;
 
     async fn enqueue(&self, conn: &mut AsyncMysqlConnection, task: Task) -> Result<TaskId> {
-        enqueue::one(conn, task).await
+        let id = enqueue::one(conn, task).await?;
+        telemetry::enqueued(1);
+        Ok(id)
     }
 
     async fn enqueue_many(
@@ -87,7 +89,9 @@ impl Store for MysqlStore {
     ) -> Result<Vec<TaskId>> {
         outbox_diesel::require_transaction(conn)?;
         let consecutive_ids = self.server(conn).await?.consecutive_ids;
-        enqueue::many(conn, tasks, consecutive_ids).await
+        let ids = enqueue::many(conn, tasks, consecutive_ids).await?;
+        telemetry::enqueued(ids.len());
+        Ok(ids)
     }
 
     async fn claim(&self, id: TaskId, lease: &LeaseRequest) -> Result<ClaimOutcome> {

@@ -47,6 +47,7 @@
 mod claim;
 mod complete;
 mod enqueue;
+mod maintenance;
 mod migrate;
 mod query;
 mod row;
@@ -58,6 +59,7 @@ mod transaction;
 /// The backend-free core, re-exported so one dependency is enough.
 pub use outbox_core as outbox;
 
+pub use maintenance::CHANNEL;
 pub use migrate::{MIGRATIONS, revert_migrations, run_migrations};
 pub use store::PgStore;
 pub use transaction::transaction;

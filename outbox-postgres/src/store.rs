@@ -9,10 +9,12 @@ use diesel_async::{
 };
 use outbox_core::{
     BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Store, Task, TaskId,
-    transition::Completion,
+    telemetry, transition::Completion,
 };
 
-use crate::{claim, complete, enqueue, query};
+use diesel_async::RunQueryDsl;
+
+use crate::{claim, complete, enqueue, maintenance::NOTIFY, query};
 
 /// The outbox on PostgreSQL, over a deadpool pool of diesel-async connections.
 ///
@@ -22,12 +24,14 @@ use crate::{claim, complete, enqueue, query};
 #[derive(Clone)]
 pub struct PgStore {
     pool: Pool<AsyncPgConnection>,
+    notify: bool,
 }
 
 impl std::fmt::Debug for PgStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgStore")
             .field("pool", &self.pool.status())
+            .field("notify", &self.notify)
             .finish()
     }
 }
@@ -36,7 +40,28 @@ impl PgStore {
     /// A store over an existing pool (share the application's pool, or give
     /// the outbox its own).
     pub fn new(pool: Pool<AsyncPgConnection>) -> Self {
-        Self { pool }
+        Self {
+            pool,
+            notify: false,
+        }
+    }
+
+    /// Opts in to `NOTIFY`: every transaction that enqueues also notifies
+    /// the `outbox_tasks` channel, and relays listening on it wake at commit,
+    /// delivering within milliseconds instead of at their next poll.
+    ///
+    /// The cost: PostgreSQL serialises committing transactions that notify
+    /// (measured here: a one-row business transaction plus enqueue fell from
+    /// about 4,800 to about 3,000 commits/s). Leave it off when tasks are
+    /// sent right after commit anyway and the relay only catches up.
+    pub fn with_notify(mut self) -> Self {
+        self.notify = true;
+        self
+    }
+
+    /// Whether enqueues notify relays.
+    pub fn notifies(&self) -> bool {
+        self.notify
     }
 
     /// A store with its own pool of up to `max_size` connections to
@@ -51,6 +76,18 @@ impl PgStore {
         &self.pool
     }
 
+    /// Queues a notification that PostgreSQL delivers at commit (and drops
+    /// on rollback); several in one transaction arrive as one.
+    async fn notify_commit(&self, conn: &mut AsyncPgConnection) -> Result<()> {
+        if self.notify {
+            diesel::sql_query(NOTIFY)
+                .execute(conn)
+                .await
+                .map_err(Error::database)?;
+        }
+        Ok(())
+    }
+
     pub(crate) async fn conn(&self) -> Result<Object<AsyncPgConnection>> {
         self.pool.get().await.map_err(Error::database)
     }
@@ -60,7 +97,10 @@ impl Store for PgStore {
     type Conn = AsyncPgConnection;
 
     async fn enqueue(&self, conn: &mut AsyncPgConnection, task: Task) -> Result<TaskId> {
-        enqueue::one(conn, task).await
+        let id = enqueue::one(conn, task).await?;
+        self.notify_commit(conn).await?;
+        telemetry::enqueued(1);
+        Ok(id)
     }
 
     async fn enqueue_many(
@@ -68,7 +108,12 @@ impl Store for PgStore {
         conn: &mut AsyncPgConnection,
         tasks: Vec<Task>,
     ) -> Result<Vec<TaskId>> {
-        enqueue::many(conn, tasks).await
+        let ids = enqueue::many(conn, tasks).await?;
+        if !ids.is_empty() {
+            self.notify_commit(conn).await?;
+        }
+        telemetry::enqueued(ids.len());
+        Ok(ids)
     }
 
     async fn claim(&self, id: TaskId, lease: &LeaseRequest) -> Result<ClaimOutcome> {

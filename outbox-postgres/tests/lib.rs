@@ -4,3 +4,4 @@
 mod conformance {
     outbox_testkit::conformance_tests!(outbox_testkit::postgres::PgTestDb);
 }
+mod notify;

@@ -27,6 +27,8 @@ CREATE TABLE outbox_tasks (
     -- Claims walk pending rows in id order: a range on (status, id) skips
     -- finished rows however many there are.
     KEY outbox_tasks_claim_idx (status, id),
+    -- "When is the next retry or scheduled task due?", for the relay's sleep.
+    KEY outbox_tasks_due_idx (status, next_attempt_at),
     -- Ordering keys: "is an older task with my key unfinished?"
     KEY outbox_tasks_ordering_idx (ordering_key, id),
     -- Retention: purge finished rows oldest first.

@@ -26,9 +26,10 @@ CREATE TABLE outbox_tasks (
 
 -- Claims walk pending rows in id order; finished rows never enter this index,
 -- so a claim costs the same with a million finished rows as with none.
-CREATE INDEX outbox_tasks_pending_idx ON outbox_tasks (id)
-    INCLUDE (next_attempt_at, lease_expires_at)
-    WHERE status = 'pending';
+CREATE INDEX outbox_tasks_pending_idx ON outbox_tasks (id) WHERE status = 'pending';
+
+-- "When is the next retry or scheduled task due?", for the relay's sleep.
+CREATE INDEX outbox_tasks_due_idx ON outbox_tasks (next_attempt_at) WHERE status = 'pending';
 
 -- Ordering keys: "is an older task with my key unfinished?"
 CREATE INDEX outbox_tasks_ordering_idx ON outbox_tasks (ordering_key, id)

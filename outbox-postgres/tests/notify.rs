@@ -1,0 +1,94 @@
+//! LISTEN/NOTIFY: a relay-only setup delivers within milliseconds.
+
+use std::time::{Duration, Instant};
+
+use diesel::{QueryableByName, sql_types::Bool};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use outbox_postgres::{
+    PgStore,
+    outbox::{Registry, Relay, RelayConfig, Store, Task, Worker},
+};
+use outbox_testkit::{TestBackend, handler, postgres::PgTestDb};
+use tokio_util::sync::CancellationToken;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_wakes_the_relay_long_before_its_poll() {
+    let db = PgTestDb::create("notify_latency")
+        .await
+        .expect("test database");
+    let store: PgStore = db.store().clone().with_notify();
+    let (mock, handle) = handler::recording();
+    let registry = Registry::builder()
+        .handler("order.created", 1, mock)
+        .build()
+        .expect("registry");
+    let worker = Worker::new(store.clone(), registry).expect("worker");
+    let config = RelayConfig {
+        poll_interval: Duration::from_secs(10),
+        ..RelayConfig::default()
+    };
+    let relay = Relay::new(worker, config).expect("relay");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { relay.run(shutdown).await }
+    });
+
+    // One task at a time, each committed once the relay has gone to sleep
+    // for its 10 s poll: only NOTIFY can bring them in quickly.
+    let mut conn = db.connect().await.expect("connect");
+    let mut latencies = Vec::new();
+    for n in 0..20 {
+        asleep_since_last_check(&mut conn).await;
+        let committed = conn
+            .transaction::<_, anyhow::Error, _>(async |tx| {
+                Ok(store
+                    .enqueue(tx, Task::new("order.created", 1, format!("{n}")))
+                    .await?)
+            })
+            .await
+            .expect("enqueue");
+        let at = Instant::now();
+        tokio::time::timeout(Duration::from_secs(2), handle.wait_for_successes(n + 1))
+            .await
+            .unwrap_or_else(|_| panic!("task {n} waited for the 10 s poll"));
+        latencies.push(at.elapsed());
+        assert_eq!(handle.succeeded_ids()[n], committed);
+    }
+    shutdown.cancel();
+    running.await.expect("relay");
+    latencies.sort();
+    eprintln!(
+        "NOTIFY commit-to-handler: median {:?}, max {:?}",
+        latencies[10], latencies[19]
+    );
+}
+
+#[derive(QueryableByName)]
+struct Asleep {
+    #[diesel(sql_type = Bool)]
+    asleep: bool,
+}
+
+/// Waits until the relay has asked for the next due time (its last query
+/// before it sleeps) after this was last called: PostgreSQL shows each
+/// session's latest statement, and no signal crosses into the relay's loop.
+async fn asleep_since_last_check(conn: &mut AsyncPgConnection) {
+    let since: chrono::DateTime<chrono::Utc> = chrono::Utc::now();
+    loop {
+        let asleep = diesel::sql_query(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                 WHERE datname = current_database() AND state = 'idle'
+                   AND query LIKE '%MIN(next_attempt_at)%' AND query_start > $1) AS asleep",
+        )
+        .bind::<diesel::sql_types::Timestamptz, _>(since)
+        .get_result::<Asleep>(conn)
+        .await
+        .expect("pg_stat_activity")
+        .asleep;
+        if asleep {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
