@@ -3,7 +3,7 @@
 use std::future::Future;
 
 use diesel_async::AsyncConnection;
-use outbox_core::Store;
+use outbox_core::Maintenance;
 
 /// An isolated, migrated database of one backend, created per test.
 ///
@@ -12,13 +12,20 @@ use outbox_core::Store;
 /// database is kept for inspection and its name is printed.
 pub trait TestBackend: Sized + Send + Sync + 'static {
     /// The store under test.
-    type Store: Store<Conn = Self::Conn>;
+    type Store: Maintenance<Conn = Self::Conn>;
     /// The backend's diesel-async connection.
     type Conn: AsyncConnection + Send + 'static;
 
     /// Creates a fresh database named after `test`, applies the outbox
     /// migrations and opens a store on it.
     fn create(test: &str) -> impl Future<Output = anyhow::Result<Self>> + Send;
+
+    /// Opens a database another process created (for example a child
+    /// process of a crash test); dropping it leaves the database alone.
+    fn attach(url: &str) -> impl Future<Output = anyhow::Result<Self>> + Send;
+
+    /// The URL of this database.
+    fn url(&self) -> &str;
 
     /// The store over this database.
     fn store(&self) -> &Self::Store;

@@ -24,14 +24,11 @@ pub struct MysqlTestDb {
     admin_url: String,
     url: String,
     store: MysqlStore,
+    /// Whether this value created the database (and drops it).
+    owned: bool,
 }
 
 impl MysqlTestDb {
-    /// The URL of this test's database.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
     /// The database's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -69,7 +66,28 @@ impl TestBackend for MysqlTestDb {
             admin_url,
             url,
             store,
+            owned: true,
         })
+    }
+
+    async fn attach(url: &str) -> anyhow::Result<Self> {
+        let name = url
+            .rsplit('/')
+            .next()
+            .and_then(|tail| tail.split('?').next())
+            .unwrap_or_default()
+            .to_owned();
+        Ok(Self {
+            name,
+            admin_url: url.to_owned(),
+            url: url.to_owned(),
+            store: MysqlStore::connect(url, 8)?,
+            owned: false,
+        })
+    }
+
+    fn url(&self) -> &str {
+        &self.url
     }
 
     fn store(&self) -> &MysqlStore {
@@ -109,6 +127,9 @@ impl TestBackend for MysqlTestDb {
 impl Drop for MysqlTestDb {
     fn drop(&mut self) {
         self.store.pool().close();
+        if !self.owned {
+            return;
+        }
         if std::thread::panicking() {
             eprintln!("test failed: kept database {} ({})", self.name, self.url);
             return;

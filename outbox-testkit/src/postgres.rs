@@ -35,14 +35,11 @@ pub struct PgTestDb {
     admin_url: String,
     url: String,
     store: PgStore,
+    /// Whether this value created the database (and drops it).
+    owned: bool,
 }
 
 impl PgTestDb {
-    /// The URL of this test's database.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
     /// The database's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -82,7 +79,28 @@ impl TestBackend for PgTestDb {
             admin_url,
             url,
             store,
+            owned: true,
         })
+    }
+
+    async fn attach(url: &str) -> anyhow::Result<Self> {
+        let name = url
+            .rsplit('/')
+            .next()
+            .and_then(|tail| tail.split('?').next())
+            .unwrap_or_default()
+            .to_owned();
+        Ok(Self {
+            name,
+            admin_url: url.to_owned(),
+            url: url.to_owned(),
+            store: PgStore::connect(url, 8)?,
+            owned: false,
+        })
+    }
+
+    fn url(&self) -> &str {
+        &self.url
     }
 
     fn store(&self) -> &PgStore {
@@ -122,6 +140,9 @@ impl TestBackend for PgTestDb {
 impl Drop for PgTestDb {
     fn drop(&mut self) {
         self.store.pool().close();
+        if !self.owned {
+            return;
+        }
         if std::thread::panicking() {
             eprintln!("test failed: kept database {} ({})", self.name, self.url);
             return;

@@ -12,12 +12,14 @@
 //! ```
 
 mod async_send;
+pub mod crash;
 mod delivery;
 mod enqueue;
 mod input;
 mod leases;
 mod migrations;
 mod ordering;
+pub mod relay;
 mod rounds;
 mod send;
 pub mod support;
@@ -30,6 +32,11 @@ pub use input::*;
 pub use leases::*;
 pub use migrations::*;
 pub use ordering::*;
+pub use relay::{
+    ordering_keys_hold_under_random_failures, purge_keeps_pending_and_recent_rows,
+    relay_wakes_for_the_next_due_retry, shutdown_deadline_gives_claims_back,
+    shutdown_waits_for_running_handlers, stats_and_requeue, three_relays_deliver_each_task_once,
+};
 pub use rounds::*;
 pub use send::*;
 pub use transaction::*;
@@ -70,6 +77,13 @@ macro_rules! conformance_tests {
             claims_near_their_lease_end_are_released,
             send_waits_for_the_older_task_of_its_key,
             a_round_keeps_a_key_in_order,
+            three_relays_deliver_each_task_once,
+            ordering_keys_hold_under_random_failures,
+            shutdown_waits_for_running_handlers,
+            shutdown_deadline_gives_claims_back,
+            purge_keeps_pending_and_recent_rows,
+            stats_and_requeue,
+            relay_wakes_for_the_next_due_retry,
             send_async_returns_at_once,
             hanging_handler_is_cut_at_the_timeout,
             panicking_handler_is_recorded_and_the_worker_lives,
@@ -81,6 +95,30 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@each $backend, (flavor = "current_thread");
             migrations_are_idempotent_and_reversible,
         );
+
+        /// The child process of `killed_relay_loses_nothing`: does nothing
+        /// unless that test started it.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        #[ignore = "run as a child process by killed_relay_loses_nothing"]
+        async fn relay_child() {
+            if let Err(error) = $crate::conformance::crash::relay_child::<$backend>().await {
+                panic!("{error:#}");
+            }
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn killed_relay_loses_nothing() {
+            let db = <$backend as $crate::TestBackend>::create("killed_relay_loses_nothing")
+                .await
+                .unwrap_or_else(|error| panic!("{error:#}"));
+            let child = $crate::conformance::crash::test_name(module_path!(), "relay_child");
+            let scenario = $crate::conformance::crash::killed_relay_loses_nothing(db, &child);
+            match ::tokio::time::timeout(::std::time::Duration::from_secs(120), scenario).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => panic!("{error:#}"),
+                Err(_) => panic!("the scenario did not finish within 120 s"),
+            }
+        }
     };
     (@each $backend:ty; $($scenario:ident),* $(,)?) => {
         $crate::conformance_tests!(

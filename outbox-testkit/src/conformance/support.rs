@@ -77,3 +77,14 @@ pub fn worker<B: TestBackend>(
 pub async fn get<B: TestBackend>(db: &B, id: TaskId) -> anyhow::Result<Record> {
     Ok(db.store().get(id).await?)
 }
+
+/// Enqueues `tasks` with one `enqueue_many` in a committed transaction.
+pub async fn enqueue_batch<B: TestBackend>(
+    db: &B,
+    tasks: Vec<Task>,
+) -> anyhow::Result<Vec<TaskId>> {
+    let store = db.store();
+    let mut conn = db.connect().await?;
+    conn.transaction::<_, anyhow::Error, _>(async |tx| Ok(store.enqueue_many(tx, tasks).await?))
+        .await
+}

@@ -1,0 +1,349 @@
+//! The relay: several at once, ordering keys under failures, shutdown,
+//! retention and operations (issue proofs of the relay).
+
+use std::{collections::HashMap, time::Duration};
+
+use outbox_core::{
+    Delivery, Error, Handler, HandlerError, Maintenance, Registry, Relay, RelayConfig, RelayReport,
+    RetryPolicy, Status, Store, Task, TaskId, Worker, WorkerConfig, handler_fn,
+};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::support::{KIND, config, enqueue_batch, enqueue_committed, get, registry, task, worker};
+use crate::{TestBackend, handler};
+
+/// Settings for relays in tests: quick polls, retries due soon.
+pub fn relay_config() -> RelayConfig {
+    RelayConfig {
+        poll_interval: Duration::from_millis(50),
+        ..RelayConfig::default()
+    }
+}
+
+/// Starts a relay over `worker` in a task of its own.
+pub fn spawn_relay<S: Maintenance>(
+    worker: Worker<S>,
+    config: RelayConfig,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<JoinHandle<RelayReport>> {
+    let relay = Relay::new(worker, config)?;
+    let shutdown = shutdown.clone();
+    Ok(tokio::spawn(async move { relay.run(shutdown).await }))
+}
+
+/// Three relays in one process over 5,000 tasks: each task is handled
+/// exactly once and all succeed.
+pub async fn three_relays_deliver_each_task_once<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let ids = enqueue_batch(db, (0..5000).map(task).collect()).await?;
+    let (mock, handle) = handler::recording();
+    let registry = registry(mock)?;
+    let shutdown = CancellationToken::new();
+    let mut relays = Vec::new();
+    for n in 0..3 {
+        let worker = worker(db, registry.clone(), config(&format!("relay-{n}")))?;
+        relays.push(spawn_relay(worker, relay_config(), &shutdown)?);
+    }
+    handle.wait_for_successes(ids.len()).await;
+    shutdown.cancel();
+    let mut claimed = Vec::new();
+    for relay in relays {
+        claimed.push(relay.await?.claimed);
+    }
+    let mut seen: HashMap<TaskId, usize> = HashMap::new();
+    for delivery in handle.deliveries() {
+        *seen.entry(delivery.id).or_default() += 1;
+    }
+    assert_eq!(seen.len(), ids.len());
+    assert!(seen.values().all(|&n| n == 1), "a task was handled twice");
+    assert_eq!(
+        claimed.iter().sum::<u64>(),
+        5000,
+        "claims per relay: {claimed:?}"
+    );
+    let stats = db.store().stats().await?;
+    assert_eq!((stats.pending, stats.succeeded), (0, 5000));
+    Ok(())
+}
+
+/// Fails a third of its calls at random (retryably), else delegates.
+fn flaky(inner: impl Handler) -> impl Handler {
+    let inner = std::sync::Arc::new(inner);
+    handler_fn(move |delivery: Delivery| {
+        let inner = std::sync::Arc::clone(&inner);
+        async move {
+            if fastrand::u8(..3) == 0 {
+                return Err(HandlerError::retryable(anyhow::anyhow!("random failure")));
+            }
+            inner.handle(delivery).await
+        }
+    })
+}
+
+/// 20 keys × 50 tasks through three relays with a handler failing at random:
+/// for every key the successful deliveries come in id order; keyless tasks
+/// still flow while a key is blocked by a failed task.
+pub async fn ordering_keys_hold_under_random_failures<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    let mut tasks = Vec::new();
+    for n in 0..50 {
+        for key in 0..20 {
+            tasks.push(task(n).ordering_key(format!("key-{key}")));
+        }
+    }
+    // A key blocked by a task that fails for good, and keyless tasks.
+    tasks.push(Task::new("order.rejected", 1, "{}").ordering_key("blocked"));
+    tasks.push(task(0).ordering_key("blocked"));
+    tasks.extend((0..100).map(task));
+    let ids = enqueue_batch(db, tasks).await?;
+    let keyed = &ids[..1000];
+    let blocked_behind = ids[1001];
+
+    let (mock, handle) = handler::recording();
+    let (rejecting, _) = handler::failing_permanently();
+    let registry = Registry::builder()
+        .handler(KIND, 1, flaky(mock))
+        .handler("order.rejected", 1, rejecting)
+        .build()?;
+    let fast_retry = RetryPolicy::new(Duration::from_millis(5), Duration::from_millis(20), 0.5)?;
+    let shutdown = CancellationToken::new();
+    let mut relays = Vec::new();
+    for n in 0..3 {
+        let config = WorkerConfig {
+            retry: fast_retry,
+            ..config(&format!("relay-{n}"))
+        };
+        relays.push(spawn_relay(
+            worker(db, registry.clone(), config)?,
+            relay_config(),
+            &shutdown,
+        )?);
+    }
+    handle.wait_for_successes(1100).await;
+    shutdown.cancel();
+    for relay in relays {
+        relay.await?;
+    }
+
+    let mut by_key: HashMap<String, Vec<TaskId>> = HashMap::new();
+    for id in handle.succeeded_ids() {
+        let record = get(db, id).await?;
+        if let Some(key) = record.task.ordering_key {
+            by_key.entry(key).or_default().push(id);
+        }
+    }
+    assert_eq!(by_key.len(), 20, "keys delivered: {:?}", by_key.keys());
+    for (key, delivered) in &by_key {
+        assert_eq!(delivered.len(), 50, "key {key}");
+        assert!(
+            delivered.windows(2).all(|w| w[0] < w[1]),
+            "key {key} out of order: {delivered:?}"
+        );
+    }
+    assert_eq!(handle.succeeded_ids().len(), 1100);
+    assert!(keyed.iter().all(|id| handle.succeeded_ids().contains(id)));
+    let waiting = get(db, blocked_behind).await?;
+    assert_eq!((waiting.status, waiting.attempts), (Status::Pending, 0));
+    Ok(())
+}
+
+/// Shutdown while 10 handlers are blocked: `run` returns once they finish,
+/// having written their results.
+pub async fn shutdown_waits_for_running_handlers<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let ids = enqueue_committed(db, (0..10).map(task).collect()).await?;
+    let (mock, handle) = handler::blocking();
+    let worker = worker(db, registry(mock)?, config("relay"))?;
+    let shutdown = CancellationToken::new();
+    let relay = spawn_relay(worker, relay_config(), &shutdown)?;
+    handle.wait_for_blocked(10).await;
+    shutdown.cancel();
+    assert!(
+        !relay.is_finished(),
+        "run returned with handlers still running"
+    );
+    handle.release();
+    let report = relay.await?;
+    assert_eq!((report.claimed, report.succeeded), (10, 10));
+    for id in ids {
+        assert_eq!(get(db, id).await?.status, Status::Succeeded);
+    }
+    Ok(())
+}
+
+/// Shutdown while 10 handlers hang: `run` returns at the deadline and gives
+/// every claim back, so no lease it took outlives its return.
+pub async fn shutdown_deadline_gives_claims_back<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let ids = enqueue_committed(db, (0..10).map(task).collect()).await?;
+    let (mock, handle) = handler::blocking();
+    let worker = worker(db, registry(mock)?, config("relay"))?;
+    let shutdown = CancellationToken::new();
+    let relay_config = RelayConfig {
+        shutdown_timeout: Duration::from_millis(200),
+        ..relay_config()
+    };
+    let relay = spawn_relay(worker, relay_config, &shutdown)?;
+    handle.wait_for_blocked(10).await;
+    let cancelled = std::time::Instant::now();
+    shutdown.cancel();
+    let report = relay.await?;
+    let took = cancelled.elapsed();
+    assert!(
+        took >= Duration::from_millis(200),
+        "returned before the deadline: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(4),
+        "returned long after the deadline: {took:?}"
+    );
+    assert_eq!(report.released, 10);
+    for id in ids {
+        let record = get(db, id).await?;
+        assert_eq!((record.status, record.attempts), (Status::Pending, 1));
+        assert!(
+            record.lease.is_none(),
+            "task {id} kept its lease after run returned"
+        );
+    }
+    assert_eq!(handle.blocked(), 0, "a cut handler is still running");
+    Ok(())
+}
+
+/// Purge removes only finished rows older than the retention, in batches;
+/// pending and recent rows stay. A relay applies retention on its own.
+pub async fn purge_keeps_pending_and_recent_rows<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let ids = enqueue_committed(db, (0..6).map(task).collect()).await?;
+    let (mock, handle) = handler::recording();
+    let worker = worker(db, registry(mock)?, config("w"))?;
+    for &id in &ids[..4] {
+        worker.send(id).await?;
+    }
+    // Tasks 0..3 are succeeded; 0 and 1 finished long ago, 2 and 3 just now.
+    let old = format!(
+        "UPDATE outbox_tasks SET finished_at = '2020-01-01 00:00:00' WHERE id IN ({}, {})",
+        ids[0], ids[1]
+    );
+    db.execute(&old).await?;
+    let day = Duration::from_secs(24 * 3600);
+    assert_eq!(db.store().purge_finished(day, 1).await?, 2);
+    assert_eq!(db.count_tasks().await?, 4);
+    for &id in &ids[2..] {
+        assert!(db.store().get(id).await.is_ok(), "task {id} was purged");
+    }
+    let zero = db.store().purge_finished(day, 0).await;
+    assert_eq!(zero.err().and_then(|e| e.field()), Some("batch"));
+
+    // The relay purges at its retention on its own: make 2 and 3 old too.
+    db.execute(&format!(
+        "UPDATE outbox_tasks SET finished_at = '2020-01-01 00:00:00' WHERE id IN ({}, {})",
+        ids[2], ids[3]
+    ))
+    .await?;
+    let shutdown = CancellationToken::new();
+    let relay = spawn_relay(
+        worker,
+        RelayConfig {
+            retention: Some(day),
+            ..relay_config()
+        },
+        &shutdown,
+    )?;
+    // The first pass purges before it claims, so once task 4 is handled the
+    // purge has run.
+    handle.wait_for_successes(5).await;
+    shutdown.cancel();
+    let report = relay.await?;
+    assert_eq!(report.purged, 2);
+    assert!(matches!(
+        db.store().get(ids[2]).await,
+        Err(Error::NotFound(_))
+    ));
+    assert!(
+        db.store().get(ids[4]).await.is_ok(),
+        "a just-finished task was purged"
+    );
+    Ok(())
+}
+
+/// `stats` counts per status and ages the oldest due task; `requeue` gives
+/// a failed task another chance with its attempts kept, and refuses others.
+pub async fn stats_and_requeue<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let ids = enqueue_committed(db, (0..4).map(task).collect()).await?;
+    let (mock, handle) = handler::recording();
+    let worker = worker(db, registry(mock)?, config("w"))?;
+    worker.send(ids[0]).await?;
+    handle.fail_permanently();
+    assert!(worker.send(ids[1]).await.is_err());
+    let stats = db.store().stats().await?;
+    assert_eq!((stats.pending, stats.succeeded, stats.failed), (2, 1, 1));
+    assert!(stats.oldest_due_age.is_some(), "two tasks are due");
+
+    let store = db.store();
+    store.requeue(ids[1]).await?;
+    let requeued = get(db, ids[1]).await?;
+    assert_eq!((requeued.status, requeued.attempts), (Status::Pending, 1));
+    assert!(requeued.finished_at.is_none());
+    assert!(
+        requeued
+            .last_error
+            .contains(handler::INJECTED_PERMANENT_FAILURE)
+    );
+    handle.succeed();
+    worker.send(ids[1]).await?;
+    let sent = get(db, ids[1]).await?;
+    assert_eq!(
+        (sent.status, sent.attempts, sent.last_error.as_str()),
+        (Status::Succeeded, 2, "")
+    );
+
+    let not_failed = store.requeue(ids[2]).await;
+    assert!(
+        matches!(
+            not_failed,
+            Err(Error::NotFailed {
+                status: Status::Pending,
+                ..
+            })
+        ),
+        "{not_failed:?}"
+    );
+    let missing = store.requeue(TaskId::new(987_654_321)).await;
+    assert!(matches!(missing, Err(Error::NotFound(_))), "{missing:?}");
+    Ok(())
+}
+
+/// The relay sleeps until the next retry is due rather than a whole poll
+/// interval: a retry due in 300 ms is delivered long before a 10 s poll.
+pub async fn relay_wakes_for_the_next_due_retry<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let id = enqueue_committed(db, vec![task(1)]).await?[0];
+    let (mock, handle) = handler::failing(1);
+    let retry = RetryPolicy::new(Duration::from_millis(300), Duration::from_millis(300), 0.0)?;
+    let worker = worker(
+        db,
+        registry(mock)?,
+        WorkerConfig {
+            retry,
+            ..config("relay")
+        },
+    )?;
+    let shutdown = CancellationToken::new();
+    let started = std::time::Instant::now();
+    let relay = spawn_relay(
+        worker,
+        RelayConfig {
+            poll_interval: Duration::from_secs(10),
+            ..RelayConfig::default()
+        },
+        &shutdown,
+    )?;
+    handle.wait_for_successes(1).await;
+    let took = started.elapsed();
+    shutdown.cancel();
+    relay.await?;
+    assert!(
+        took < Duration::from_secs(5),
+        "the retry waited for the poll: {took:?}"
+    );
+    assert_eq!(get(db, id).await?.attempts, 2);
+    Ok(())
+}
