@@ -31,9 +31,12 @@ mod drop_database;
 pub mod handler;
 #[cfg(feature = "mysql")]
 pub mod mysql;
+#[cfg(feature = "nats")]
+pub mod nats;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod url;
+pub mod wait;
 
 pub use backend::TestBackend;
 

@@ -24,15 +24,6 @@ const TASKS: usize = 2000;
 const DELIVERIES: &str =
     "CREATE TABLE deliveries (task_id BIGINT NOT NULL, owner VARCHAR(64) NOT NULL)";
 
-/// Re-checks `done` every 20 ms until it holds. Only for conditions no
-/// signal announces, such as the state another process left behind.
-async fn eventually(done: impl AsyncFn() -> anyhow::Result<bool>) -> anyhow::Result<()> {
-    while !done().await? {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok(())
-}
-
 /// The name libtest knows a test by, from the `module_path!()` of the test
 /// crate's module and the test's name (the crate's own name is dropped).
 pub fn test_name(module_path: &str, test: &str) -> String {
@@ -153,7 +144,7 @@ pub async fn killed_relay_loses_nothing<B: TestBackend>(
     // finishes a statement it already received), so how many tasks are left
     // is only known from the table: wait until none is pending.
     handle.wait_for_successes(1).await;
-    eventually(async || Ok(db.store().stats().await?.pending == 0)).await?;
+    crate::wait::eventually(async || Ok(db.store().stats().await?.pending == 0)).await?;
     shutdown.cancel();
     relay.await?;
 

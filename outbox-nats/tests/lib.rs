@@ -1,0 +1,4 @@
+//! JetStream publishing against a real nats-server and PostgreSQL.
+
+mod crash;
+mod publish;

@@ -1,0 +1,115 @@
+//! JetStream for tests: a stream of its own per test, [`TestStream`].
+
+use anyhow::Context as _;
+use async_nats::jetstream::{self, message::StreamMessage, stream};
+
+use crate::url;
+
+/// Environment variable naming the NATS server tests use.
+pub const URL_VAR: &str = "OUTBOX_NATS_URL";
+/// The server used when [`URL_VAR`] is unset.
+pub const DEFAULT_URL: &str = "nats://127.0.0.1:4222";
+/// How to start the local server when it is not running.
+pub const START_HINT: &str = "start it with: start-stop-daemon --start --oknodo --background \
+    --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server";
+
+/// A JetStream context on the test server, or an error naming the URL and
+/// how to start the server.
+pub async fn jetstream() -> anyhow::Result<jetstream::Context> {
+    let address = url::from_env(URL_VAR, DEFAULT_URL);
+    let client = async_nats::connect(&address)
+        .await
+        .with_context(|| format!("NATS at {address} ({URL_VAR}) is unreachable; {START_HINT}"))?;
+    Ok(jetstream::new(client))
+}
+
+/// A stream and a subject space of its own for one test: subjects
+/// `<prefix>.>`, deleted when dropped, kept when the test panics.
+#[derive(Debug)]
+pub struct TestStream {
+    name: String,
+    prefix: String,
+    jetstream: jetstream::Context,
+}
+
+impl TestStream {
+    /// Names a stream for `test` without creating it (see [`TestStream::create_now`]).
+    pub async fn planned(test: &str) -> anyhow::Result<Self> {
+        let unique = url::database_name(test);
+        Ok(Self {
+            name: unique.to_uppercase(),
+            prefix: unique,
+            jetstream: jetstream().await?,
+        })
+    }
+
+    /// Creates a stream for `test` capturing `<prefix>.>`.
+    pub async fn create(test: &str) -> anyhow::Result<Self> {
+        let stream = Self::planned(test).await?;
+        stream.create_now().await?;
+        Ok(stream)
+    }
+
+    /// Creates the planned stream, with JetStream's default duplicate window.
+    pub async fn create_now(&self) -> anyhow::Result<()> {
+        self.jetstream
+            .create_stream(stream::Config {
+                name: self.name.clone(),
+                subjects: vec![format!("{}.>", self.prefix)],
+                ..Default::default()
+            })
+            .await
+            .with_context(|| format!("creating stream {}", self.name))?;
+        Ok(())
+    }
+
+    /// The stream's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The first subject token reserved for this test.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The JetStream context used.
+    pub fn jetstream(&self) -> &jetstream::Context {
+        &self.jetstream
+    }
+
+    /// Every message the stream holds, in sequence order.
+    pub async fn messages(&self) -> anyhow::Result<Vec<StreamMessage>> {
+        let mut stream = self.jetstream.get_stream(&self.name).await?;
+        let state = stream.info().await?.state.clone();
+        let mut messages = Vec::new();
+        for sequence in state.first_sequence..=state.last_sequence {
+            if state.messages == 0 {
+                break;
+            }
+            messages.push(stream.get_raw_message(sequence).await?);
+        }
+        Ok(messages)
+    }
+
+    /// How many messages the stream holds.
+    pub async fn count(&self) -> anyhow::Result<u64> {
+        let mut stream = self.jetstream.get_stream(&self.name).await?;
+        Ok(stream.info().await?.state.messages)
+    }
+}
+
+impl Drop for TestStream {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("test failed: kept stream {}", self.name);
+            return;
+        }
+        let (jetstream, name) = (self.jetstream.clone(), self.name.clone());
+        crate::drop_database::run(async move {
+            // A planned stream may never have been created.
+            let _ = jetstream.delete_stream(&name).await;
+            Ok(())
+        });
+    }
+}
