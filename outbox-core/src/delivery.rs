@@ -2,7 +2,7 @@
 
 use serde::de::DeserializeOwned;
 
-use crate::{Error, HandlerKey, Headers, Result, Task, TaskId};
+use crate::{Error, HandlerError, HandlerKey, Headers, Task, TaskId};
 
 /// One attempt to deliver a task, as handed to a [`Handler`](crate::Handler).
 ///
@@ -42,20 +42,29 @@ impl Delivery {
 
     /// Decodes a JSON payload (the counterpart of [`Task::json`]).
     ///
+    /// A payload that does not decode is a permanent failure: no retry can
+    /// change it. So `delivery.json()?` in a handler fails the task for good.
+    ///
     /// ```
     /// use outbox_core::{Delivery, Task, TaskId};
     ///
     /// let task = Task::json("order.created", 1, &serde_json::json!({ "order": 42 }))?;
     /// let delivery = Delivery::new(TaskId::new(7), 1, task);
-    /// let value: serde_json::Value = delivery.json()?;
+    /// let value: serde_json::Value = delivery.json().expect("valid JSON");
     /// assert_eq!(value["order"], 42);
+    ///
+    /// let garbage = Delivery::new(TaskId::new(8), 1, Task::new("order.created", 1, "{"));
+    /// let error = garbage.json::<serde_json::Value>().unwrap_err();
+    /// assert!(error.is_permanent());
     /// # Ok::<(), outbox_core::Error>(())
     /// ```
-    pub fn json<T: DeserializeOwned>(&self) -> Result<T> {
-        serde_json::from_slice(&self.task.payload).map_err(|e| Error::Corrupt {
-            id: self.id,
-            field: "payload",
-            reason: e.to_string(),
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, HandlerError> {
+        serde_json::from_slice(&self.task.payload).map_err(|e| {
+            HandlerError::permanent(Error::Corrupt {
+                id: self.id,
+                field: "payload",
+                reason: e.to_string(),
+            })
         })
     }
 }

@@ -1,7 +1,5 @@
 //! The error type every outbox operation returns.
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
 
 use crate::{HandlerKey, TaskId};
@@ -117,9 +115,6 @@ pub enum Error {
     /// The database or the connection pool failed.
     #[error("database error: {0}")]
     Database(#[source] BoxError),
-    /// The operation did not finish in time.
-    #[error("timed out after {0:?}")]
-    Timeout(Duration),
 }
 
 impl Error {
@@ -145,15 +140,14 @@ impl Error {
     }
 
     /// Whether calling again later may succeed without anyone changing anything:
-    /// true for database faults, busy or not-yet-due tasks, timeouts and handler
-    /// failures that will be retried.
+    /// true for database faults, busy, blocked or not-yet-due tasks, tasks
+    /// without a handler, and handler failures that will be retried.
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Database(_)
             | Self::Busy { .. }
             | Self::NotDue { .. }
             | Self::Blocked { .. }
-            | Self::Timeout(_)
             | Self::NoHandler { .. } => true,
             Self::Handler { will_retry, .. } => *will_retry,
             _ => false,

@@ -56,6 +56,7 @@ pub mod transition;
 mod tx;
 mod worker;
 
+pub use async_trait::async_trait;
 pub use config::WorkerConfig;
 pub use delivery::Delivery;
 pub use error::{BoxError, Error, Result};
@@ -70,5 +71,6 @@ pub use round::RoundReport;
 pub use status::{Status, UnknownStatus};
 pub use store::{BatchRequest, ClaimOutcome, LeaseRequest, Store};
 pub use task::{Headers, Task};
+pub use tokio_util::sync::CancellationToken;
 pub use tx::{Tx, TxBody};
 pub use worker::Worker;

@@ -151,7 +151,8 @@ pub enum Outcome {
     /// The handler failed in a way no retry can fix.
     Permanent(String),
     /// No handler is registered for the task. The task stays pending whatever
-    /// its attempt limit, so a deployment that adds the handler still gets it.
+    /// its attempt limit, retried at the policy's first delay, so a deployment
+    /// that adds the handler gets it soon.
     NoHandler(String),
 }
 
@@ -178,6 +179,9 @@ pub fn decide(
     policy: &RetryPolicy,
 ) -> Completion {
     let exhausted = max_attempts.is_some_and(|max| fence.attempt >= i64::from(max));
+    // A missing handler is a deployment gap, not a delivery failure: retry at
+    // the first backoff step so a deploy that adds the handler soon gets it.
+    let unhandled = matches!(outcome, Outcome::NoHandler(_));
     let (status, error) = match outcome {
         Outcome::Succeeded => (Status::Succeeded, String::new()),
         Outcome::Permanent(error) => (Status::Failed, error),
@@ -187,7 +191,8 @@ pub fn decide(
         ),
         Outcome::Retryable(error) | Outcome::NoHandler(error) => (Status::Pending, error),
     };
-    let retry_in = (status == Status::Pending).then(|| policy.delay(fence.attempt));
+    let retry_in = (status == Status::Pending)
+        .then(|| policy.delay(if unhandled { 1 } else { fence.attempt }));
     Completion {
         fence,
         status,

@@ -107,7 +107,12 @@ impl<S: Maintenance> Relay<S> {
         let mut next_purge = Instant::now();
         let mut resubscribe_at = Instant::now() + self.config.purge_interval;
         let concurrency = self.worker.config().concurrency;
-
+        // Claim at the first pass, after a sleep or a wake-up, and while the
+        // last claim came back full (a backlog remains). Claim only when at
+        // least half a batch of handlers is free, so claims stay batches.
+        let threshold = self.config.batch_size.min(concurrency).div_ceil(2);
+        let mut claim_now = true;
+        let mut more = false;
         while !shutdown.is_cancelled() {
             if Instant::now() >= next_purge {
                 self.maintain(&mut report).await;
@@ -117,31 +122,34 @@ impl<S: Maintenance> Relay<S> {
                 wakeups = self.subscribe(&mut report).await;
                 resubscribe_at = Instant::now() + self.config.purge_interval;
             }
+            while let Some(joined) = running.tasks.try_join_next_with_id() {
+                done.extend(running.finish(joined));
+            }
             let room = concurrency.saturating_sub(running.tasks.len());
-            let mut more = false;
             let mut failed_claim = false;
-            if room > 0 {
+            if (claim_now || more) && (room >= threshold || running.tasks.is_empty()) {
+                claim_now = false;
                 match self
                     .claim(room.min(self.config.batch_size), &mut running, &mut report)
                     .await
                 {
                     Ok(full) => more = full,
-                    Err(()) => failed_claim = true,
+                    Err(()) => (more, failed_claim) = (false, true),
                 }
             }
-            while let Some(joined) = running.tasks.try_join_next_with_id() {
-                done.extend(running.finish(joined));
-            }
-            let busy = more && running.tasks.len() < concurrency;
-            if done.len() >= self.config.batch_size || (!busy && !done.is_empty()) {
+            let room = concurrency.saturating_sub(running.tasks.len());
+            let eager = more && room >= threshold;
+            if done.len() >= self.config.batch_size
+                || (running.tasks.is_empty() && !done.is_empty())
+            {
                 self.write(&mut done, &mut report).await;
             }
-            if busy {
+            if eager {
                 continue;
             }
             let sleep = if more {
-                Duration::MAX
-            } else if failed_claim {
+                Duration::MAX // wait for handlers to make room
+            } else if failed_claim || !running.tasks.is_empty() {
                 self.config.poll_interval
             } else {
                 self.idle_delay(&mut report).await
@@ -152,8 +160,9 @@ impl<S: Maintenance> Relay<S> {
                 Some(joined) = running.tasks.join_next_with_id(), if !running.tasks.is_empty() => {
                     done.extend(running.finish(joined));
                 }
-                () = sleep_for(sleep), if !more => {}
+                () = sleep_for(sleep), if !more => claim_now = true,
                 woken = next_wakeup(&mut wakeups), if !more => {
+                    claim_now = true;
                     if woken.is_none() {
                         tracing::warn!("relay lost its wake-up stream; polling until it resubscribes");
                         wakeups = None;
