@@ -9,7 +9,7 @@ use chrono::NaiveDateTime;
 use diesel::{
     QueryableByName,
     mysql::Mysql,
-    sql_types::{BigInt, Blob, Datetime, Integer, Nullable, Text},
+    sql_types::{BigInt, Blob, Datetime, Integer, Text},
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
 use outbox_core::{Error, Result, Task, TaskId};
@@ -41,8 +41,30 @@ fn prepare(task: Task) -> Result<Row> {
 
 const COLUMNS: &str = "INSERT INTO outbox_tasks (kind, version, payload, headers, ordering_key, \
     dedup_key, max_attempts, next_attempt_at, expires_at, last_error, created_at, updated_at) VALUES ";
-const VALUES: &str = "(?, ?, ?, ?, ?, ?, ?, COALESCE(?, UTC_TIMESTAMP(6)), ?, '', \
-    UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))";
+
+/// `?` for a value to bind, `absent` when there is none: absent values are
+/// written as literals so a typical row binds 3 values, not 9.
+fn slot(present: bool, absent: &'static str) -> &'static str {
+    if present { "?" } else { absent }
+}
+
+/// The `VALUES` tuple of `row`, matching the binds [`insert`] makes.
+fn values(sql: &mut String, row: &Row) {
+    let task = &row.task;
+    sql.push_str("(?, ?, ?, ");
+    sql.push_str(slot(!task.headers.is_empty(), "'{}'"));
+    for (present, absent) in [
+        (task.ordering_key.is_some(), "NULL"),
+        (task.dedup_key.is_some(), "NULL"),
+        (task.max_attempts.is_some(), "NULL"),
+        (row.not_before.is_some(), "UTC_TIMESTAMP(6)"),
+        (row.expires_at.is_some(), "NULL"),
+    ] {
+        sql.push_str(", ");
+        sql.push_str(slot(present, absent));
+    }
+    sql.push_str(", '', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))");
+}
 
 /// Rows per multi-row `INSERT`, and payload bytes per statement, so a batch
 /// stays well inside the server's `max_allowed_packet` (16 MiB by default).
@@ -66,11 +88,11 @@ async fn last_insert_id(conn: &mut AsyncMysqlConnection) -> Result<i64> {
 /// Inserts `rows` in one statement; returns the first row's id.
 async fn insert(conn: &mut AsyncMysqlConnection, rows: &[Row], on_duplicate: bool) -> Result<i64> {
     let mut sql = String::from(COLUMNS);
-    for i in 0..rows.len() {
+    for (i, row) in rows.iter().enumerate() {
         if i > 0 {
             sql.push_str(", ");
         }
-        sql.push_str(VALUES);
+        values(&mut sql, row);
     }
     if on_duplicate {
         sql.push_str(" ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)");
@@ -81,13 +103,25 @@ async fn insert(conn: &mut AsyncMysqlConnection, rows: &[Row], on_duplicate: boo
         query = query
             .bind::<Text, _>(&task.kind)
             .bind::<Integer, _>(task.version)
-            .bind::<Blob, _>(&task.payload)
-            .bind::<Text, _>(&row.headers)
-            .bind::<Nullable<Text>, _>(&task.ordering_key)
-            .bind::<Nullable<Text>, _>(&task.dedup_key)
-            .bind::<Nullable<Integer>, _>(task.max_attempts)
-            .bind::<Nullable<Datetime>, _>(row.not_before)
-            .bind::<Nullable<Datetime>, _>(row.expires_at);
+            .bind::<Blob, _>(&task.payload);
+        if !task.headers.is_empty() {
+            query = query.bind::<Text, _>(&row.headers);
+        }
+        if let Some(key) = &task.ordering_key {
+            query = query.bind::<Text, _>(key);
+        }
+        if let Some(key) = &task.dedup_key {
+            query = query.bind::<Text, _>(key);
+        }
+        if let Some(max) = task.max_attempts {
+            query = query.bind::<Integer, _>(max);
+        }
+        if let Some(at) = row.not_before {
+            query = query.bind::<Datetime, _>(at);
+        }
+        if let Some(at) = row.expires_at {
+            query = query.bind::<Datetime, _>(at);
+        }
     }
     query.execute(conn).await.map_err(Error::database)?;
     last_insert_id(conn).await

@@ -111,14 +111,39 @@ struct Inserted {
     inserted: bool,
 }
 
-/// Inserts `tasks` in one statement and returns their ids in input order.
-pub(crate) async fn many(conn: &mut AsyncPgConnection, tasks: Vec<Task>) -> Result<Vec<TaskId>> {
-    require_transaction(conn)?;
-    if tasks.is_empty() {
-        return Ok(Vec::new());
-    }
-    let headers = tasks.iter().map(check).collect::<Result<Vec<_>>>()?;
-    let rows: Vec<Inserted> = diesel::sql_query(INSERT_MANY)
+/// Without any `dedup_key` nothing can conflict, so a plain insert does: its
+/// rows are inserted, and their identity values drawn, in `ORDER BY ord`
+/// order, so the returned ids sorted ascending follow the input order (the
+/// server-generated-key sentinel SQLAlchemy relies on for PostgreSQL).
+const INSERT_KEYLESS: &str = "\
+INSERT INTO outbox_tasks (kind, version, payload, headers, ordering_key, dedup_key,
+                          max_attempts, next_attempt_at, expires_at)
+SELECT kind, version, payload, headers, ordering_key, dedup_key,
+       max_attempts, COALESCE(next_attempt_at, now()), expires_at
+FROM unnest($1::text[], $2::int4[], $3::bytea[], $4::jsonb[], $5::text[], $6::text[],
+            $7::int4[], $8::timestamptz[], $9::timestamptz[])
+     WITH ORDINALITY AS i(kind, version, payload, headers, ordering_key, dedup_key,
+                          max_attempts, next_attempt_at, expires_at, ord)
+ORDER BY ord
+RETURNING id";
+
+#[derive(QueryableByName)]
+struct NewId {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+}
+
+/// Runs one of the batch inserts with every column of `tasks` as arrays.
+async fn insert_rows<R>(
+    conn: &mut AsyncPgConnection,
+    sql: &'static str,
+    tasks: &[Task],
+    headers: Vec<serde_json::Value>,
+) -> Result<Vec<R>>
+where
+    R: QueryableByName<diesel::pg::Pg> + Send + 'static,
+{
+    diesel::sql_query(sql)
         .bind::<Array<Text>, _>(tasks.iter().map(|t| t.kind.as_str()).collect::<Vec<_>>())
         .bind::<Array<Integer>, _>(tasks.iter().map(|t| t.version).collect::<Vec<_>>())
         .bind::<Array<Bytea>, _>(
@@ -151,7 +176,33 @@ pub(crate) async fn many(conn: &mut AsyncPgConnection, tasks: Vec<Task>) -> Resu
         )
         .load(conn)
         .await
-        .map_err(Error::database)?;
+        .map_err(Error::database)
+}
+
+/// Inserts `tasks` in one statement and returns their ids in input order.
+pub(crate) async fn many(conn: &mut AsyncPgConnection, tasks: Vec<Task>) -> Result<Vec<TaskId>> {
+    require_transaction(conn)?;
+    if tasks.is_empty() {
+        return Ok(Vec::new());
+    }
+    let headers = tasks.iter().map(check).collect::<Result<Vec<_>>>()?;
+    if tasks.iter().all(|t| t.dedup_key.is_none()) {
+        let mut ids: Vec<i64> = insert_rows::<NewId>(conn, INSERT_KEYLESS, &tasks, headers)
+            .await?
+            .into_iter()
+            .map(|row| row.id)
+            .collect();
+        if ids.len() != tasks.len() {
+            return Err(Error::database(format!(
+                "inserted {} rows for {} tasks",
+                ids.len(),
+                tasks.len()
+            )));
+        }
+        ids.sort_unstable();
+        return Ok(ids.into_iter().map(TaskId::new).collect());
+    }
+    let rows: Vec<Inserted> = insert_rows(conn, INSERT_MANY, &tasks, headers).await?;
     if rows.len() != tasks.len() {
         return Err(Error::database(format!(
             "inserted {} rows for {} tasks",
