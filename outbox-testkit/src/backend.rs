@@ -7,7 +7,8 @@ use outbox_core::Maintenance;
 
 /// An isolated, migrated database of one backend, created per test.
 ///
-/// Implemented by [`PgTestDb`](crate::postgres::PgTestDb) (feature `postgres`).
+/// Implemented by [`PgTestDb`](crate::postgres::PgTestDb) (feature `postgres`)
+/// and [`MysqlTestDb`](crate::mysql::MysqlTestDb) (feature `mysql`).
 /// Dropping it drops the database, unless the test is panicking: then the
 /// database is kept for inspection and its name is printed.
 pub trait TestBackend: Sized + Send + Sync + 'static {
@@ -34,7 +35,7 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
     fn connect(&self) -> impl Future<Output = anyhow::Result<Self::Conn>> + Send;
 
     /// Runs SQL statements (for example a test's own business table).
-    fn execute(&self, sql: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
+    fn execute_sql(&self, sql: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
 
     /// How many rows `table` holds.
     fn count(&self, table: &str) -> impl Future<Output = anyhow::Result<i64>> + Send;

@@ -100,7 +100,7 @@ impl TestBackend for MysqlTestDb {
             .with_context(|| format!("connecting to {}", self.url))
     }
 
-    async fn execute(&self, sql: &str) -> anyhow::Result<()> {
+    async fn execute_sql(&self, sql: &str) -> anyhow::Result<()> {
         let mut conn = self.store.pool().get().await?;
         Ok(conn.batch_execute(sql).await?)
     }

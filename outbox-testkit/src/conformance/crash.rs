@@ -40,7 +40,7 @@ fn recording_effect<B: TestBackend>(db: Arc<B>, owner: &'static str) -> impl Han
     handler_fn(move |delivery: Delivery| {
         let db = Arc::clone(&db);
         async move {
-            db.execute(&format!(
+            db.execute_sql(&format!(
                 "INSERT INTO deliveries (task_id, owner) VALUES ({}, '{owner}')",
                 delivery.id
             ))
@@ -82,7 +82,7 @@ pub async fn killed_relay_loses_nothing<B: TestBackend>(
     child_test: &str,
 ) -> anyhow::Result<()> {
     let db = Arc::new(db);
-    db.execute(DELIVERIES).await?;
+    db.execute_sql(DELIVERIES).await?;
     enqueue_batch(&*db, (0..TASKS).map(task).collect::<Vec<Task>>()).await?;
 
     let mut child = Command::new(std::env::current_exe()?)

@@ -223,7 +223,7 @@ pub async fn purge_keeps_pending_and_recent_rows<B: TestBackend>(db: &B) -> anyh
         "UPDATE outbox_tasks SET finished_at = '2020-01-01 00:00:00' WHERE id IN ({}, {})",
         ids[0], ids[1]
     );
-    db.execute(&old).await?;
+    db.execute_sql(&old).await?;
     let day = Duration::from_secs(24 * 3600);
     assert_eq!(db.store().purge_finished(day, 1).await?, 2);
     assert_eq!(db.count_tasks().await?, 4);
@@ -234,7 +234,7 @@ pub async fn purge_keeps_pending_and_recent_rows<B: TestBackend>(db: &B) -> anyh
     assert_eq!(zero.err().and_then(|e| e.field()), Some("batch"));
 
     // The relay purges at its retention on its own: make 2 and 3 old too.
-    db.execute(&format!(
+    db.execute_sql(&format!(
         "UPDATE outbox_tasks SET finished_at = '2020-01-01 00:00:00' WHERE id IN ({}, {})",
         ids[2], ids[3]
     ))

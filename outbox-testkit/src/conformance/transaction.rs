@@ -12,7 +12,7 @@ const ORDERS: &str = "CREATE TABLE orders (id BIGINT PRIMARY KEY)";
 
 /// A committed body's tasks are handled after the commit; its rows are there.
 pub async fn transaction_sends_after_commit<B: TestBackend>(db: &B) -> anyhow::Result<()> {
-    db.execute(ORDERS).await?;
+    db.execute_sql(ORDERS).await?;
     let (mock, handle) = handler::recording();
     let worker = worker(db, registry(mock)?, config("w"))?;
     let mut conn = db.connect().await?;
@@ -36,7 +36,7 @@ pub async fn transaction_sends_after_commit<B: TestBackend>(db: &B) -> anyhow::R
 pub async fn transaction_failure_writes_and_sends_nothing<B: TestBackend>(
     db: &B,
 ) -> anyhow::Result<()> {
-    db.execute(ORDERS).await?;
+    db.execute_sql(ORDERS).await?;
     let (mock, handle) = handler::recording();
     let worker = worker(db, registry(mock)?, config("w"))?;
     let mut conn = db.connect().await?;
