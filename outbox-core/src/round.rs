@@ -6,7 +6,7 @@ use futures_util::{StreamExt, stream};
 
 use crate::{
     BatchRequest, Error, Record, Result, Status, Store, Worker, telemetry,
-    transition::{self, Completion, Fence},
+    transition::{self, Completion},
 };
 
 /// What one call of [`Worker::retry_pending`] did.
@@ -98,14 +98,8 @@ impl<S: Store> Worker<S> {
     /// Runs one claimed record, unless its lease would run out before the
     /// handler timeout: then the claim is released unstarted.
     async fn attempt_within_lease(&self, record: Record, claimed_at: Instant) -> Completion {
-        let config = self.config();
-        let left = config.lease_duration.saturating_sub(claimed_at.elapsed());
-        if left < config.handler_timeout {
-            return transition::release(Fence {
-                id: record.id,
-                owner: config.owner.clone(),
-                attempt: record.attempts,
-            });
+        if !self.lease_outlasts_handler(claimed_at) {
+            return transition::release(self.fence(&record));
         }
         self.attempt(record).await.0
     }

@@ -163,13 +163,25 @@ impl<S: Store> Worker<S> {
         let _ = in_flight.wait_for(|n| *n == 0).await;
     }
 
-    /// Runs the handler for a claimed record and decides the completion.
-    pub(crate) async fn attempt(&self, record: Record) -> (Completion, Outcome) {
-        let fence = transition::Fence {
+    /// The fence of this worker's claim on `record`.
+    pub(crate) fn fence(&self, record: &Record) -> transition::Fence {
+        transition::Fence {
             id: record.id,
             owner: self.inner.config.owner.clone(),
             attempt: record.attempts,
-        };
+        }
+    }
+
+    /// Whether a claim taken at `claimed_at` still has a handler timeout's
+    /// worth of lease left, so a handler started now finishes inside it.
+    pub(crate) fn lease_outlasts_handler(&self, claimed_at: std::time::Instant) -> bool {
+        let config = &self.inner.config;
+        config.lease_duration.saturating_sub(claimed_at.elapsed()) >= config.handler_timeout
+    }
+
+    /// Runs the handler for a claimed record and decides the completion.
+    pub(crate) async fn attempt(&self, record: Record) -> (Completion, Outcome) {
+        let fence = self.fence(&record);
         let max_attempts = record.task.max_attempts;
         let kind = record.task.kind.clone();
         let outcome = run_handler(

@@ -7,21 +7,19 @@
 //! distributed lock: claims never overlap and completion writes are fenced.
 
 mod config;
+mod inflight;
 
-use std::{collections::HashMap, time::Duration};
+use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::{
-    task::{Id, JoinError, JoinSet},
-    time::Instant,
-};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use config::RelayConfig;
 
+use self::inflight::Inflight;
 use crate::{
-    BatchRequest, Maintenance, Result, Status, Wakeups, Worker, telemetry,
-    transition::{self, Completion, Fence},
+    BatchRequest, Maintenance, Result, Status, Wakeups, Worker, telemetry, transition::Completion,
 };
 
 /// What one [`Relay::run`] did.
@@ -72,12 +70,6 @@ pub struct Relay<S> {
     config: RelayConfig,
 }
 
-/// Handlers running as tokio tasks, with the claim each one holds.
-struct Running {
-    tasks: JoinSet<Completion>,
-    fences: HashMap<Id, Fence>,
-}
-
 impl<S: Maintenance> Relay<S> {
     /// A relay sending through `worker` (its store, handlers and settings).
     pub fn new(worker: Worker<S>, config: RelayConfig) -> Result<Self> {
@@ -98,19 +90,15 @@ impl<S: Maintenance> Relay<S> {
     /// the relay tries again after the poll interval.
     pub async fn run(&self, shutdown: CancellationToken) -> RelayReport {
         let mut report = RelayReport::default();
-        let mut running = Running {
-            tasks: JoinSet::new(),
-            fences: HashMap::new(),
-        };
+        let mut inflight = Inflight::new(self.worker.clone());
         let mut done: Vec<Completion> = Vec::new();
         let mut wakeups = self.subscribe(&mut report).await;
         let mut next_purge = Instant::now();
         let mut resubscribe_at = Instant::now() + self.config.purge_interval;
-        let concurrency = self.worker.config().concurrency;
-        // Claim at the first pass, after a sleep or a wake-up, and while the
-        // last claim came back full (a backlog remains). Claim only when at
-        // least half a batch of handlers is free, so claims stay batches.
-        let threshold = self.config.batch_size.min(concurrency).div_ceil(2);
+        // Claim a full batch whenever fewer than half a batch wait for a
+        // handler: at the first pass, after a sleep or a wake-up, and while
+        // the last claim came back full (a backlog remains).
+        let threshold = self.config.batch_size.div_ceil(2);
         let mut claim_now = true;
         let mut more = false;
         while !shutdown.is_cancelled() {
@@ -122,34 +110,26 @@ impl<S: Maintenance> Relay<S> {
                 wakeups = self.subscribe(&mut report).await;
                 resubscribe_at = Instant::now() + self.config.purge_interval;
             }
-            while let Some(joined) = running.tasks.try_join_next_with_id() {
-                done.extend(running.finish(joined));
-            }
-            let room = concurrency.saturating_sub(running.tasks.len());
+            inflight.reap(&mut done);
+            inflight.start(&mut done);
             let mut failed_claim = false;
-            if (claim_now || more) && (room >= threshold || running.tasks.is_empty()) {
+            if (claim_now || more) && inflight.queued() < threshold {
                 claim_now = false;
-                match self
-                    .claim(room.min(self.config.batch_size), &mut running, &mut report)
-                    .await
-                {
+                match self.claim(&mut inflight, &mut report).await {
                     Ok(full) => more = full,
                     Err(()) => (more, failed_claim) = (false, true),
                 }
+                inflight.start(&mut done);
             }
-            let room = concurrency.saturating_sub(running.tasks.len());
-            let eager = more && room >= threshold;
-            if done.len() >= self.config.batch_size
-                || (running.tasks.is_empty() && !done.is_empty())
-            {
+            if done.len() >= self.config.batch_size || (inflight.is_empty() && !done.is_empty()) {
                 self.write(&mut done, &mut report).await;
             }
-            if eager {
+            if more && inflight.queued() < threshold {
                 continue;
             }
             let sleep = if more {
-                Duration::MAX // wait for handlers to make room
-            } else if failed_claim || !running.tasks.is_empty() {
+                Duration::MAX // wait for handlers to take queued tasks
+            } else if failed_claim || !inflight.is_empty() {
                 self.config.poll_interval
             } else {
                 self.idle_delay(&mut report).await
@@ -157,9 +137,7 @@ impl<S: Maintenance> Relay<S> {
             tokio::select! {
                 biased;
                 () = shutdown.cancelled() => {}
-                Some(joined) = running.tasks.join_next_with_id(), if !running.tasks.is_empty() => {
-                    done.extend(running.finish(joined));
-                }
+                joined = inflight.next(), if inflight.running() > 0 => done.extend(joined),
                 () = sleep_for(sleep), if !more => claim_now = true,
                 woken = next_wakeup(&mut wakeups), if !more => {
                     claim_now = true;
@@ -170,25 +148,25 @@ impl<S: Maintenance> Relay<S> {
                 }
             }
         }
-        self.drain(running, &mut done).await;
+        self.drain(inflight, &mut done).await;
         self.write(&mut done, &mut report).await;
         report
     }
 
-    /// Claims up to `limit` due tasks and starts their handlers. `Ok(true)`
-    /// when the claim came back full (more may be due).
+    /// Claims a batch of due tasks into the queue. `Ok(true)` when the claim
+    /// came back full (more may be due).
     async fn claim(
         &self,
-        limit: usize,
-        running: &mut Running,
+        inflight: &mut Inflight<S>,
         report: &mut RelayReport,
     ) -> Result<bool, ()> {
         let request = BatchRequest {
             lease: self.worker.lease_request(),
-            limit,
+            limit: self.config.batch_size,
             after: None,
             due_by: None,
         };
+        let claimed_at = std::time::Instant::now();
         let records = match self.worker.store().claim_due(&request).await {
             Ok(records) => records,
             Err(error) => {
@@ -197,24 +175,15 @@ impl<S: Maintenance> Relay<S> {
                 return Err(());
             }
         };
-        let full = records.len() == limit;
+        let full = records.len() == request.limit;
         for record in records {
             if record.status == Status::Failed {
                 report.expired += 1;
                 telemetry::expired(1);
-                continue;
+            } else {
+                report.claimed += 1;
+                inflight.queue(record, claimed_at);
             }
-            report.claimed += 1;
-            let fence = Fence {
-                id: record.id,
-                owner: self.worker.config().owner.clone(),
-                attempt: record.attempts,
-            };
-            let worker = self.worker.clone();
-            let handle = running
-                .tasks
-                .spawn(async move { worker.attempt(record).await.0 });
-            running.fences.insert(handle.id(), fence);
         }
         Ok(full)
     }
@@ -243,27 +212,25 @@ impl<S: Maintenance> Relay<S> {
         }
     }
 
-    /// After shutdown: waits for running handlers up to the deadline, then
-    /// cuts the rest and gives their claims back.
-    async fn drain(&self, mut running: Running, done: &mut Vec<Completion>) {
+    /// After shutdown: gives back claims not started yet, waits for running
+    /// handlers up to the deadline, then cuts the rest and gives their claims
+    /// back too.
+    async fn drain(&self, mut inflight: Inflight<S>, done: &mut Vec<Completion>) {
+        inflight.release_queued(done);
         let deadline = tokio::time::sleep(self.config.shutdown_timeout);
         tokio::pin!(deadline);
-        loop {
+        while inflight.running() > 0 {
             tokio::select! {
-                joined = running.tasks.join_next_with_id() => match joined {
-                    Some(joined) => done.extend(running.finish(joined)),
-                    None => return,
-                },
-                () = &mut deadline => break,
+                joined = inflight.next() => done.extend(joined),
+                () = &mut deadline => {
+                    tracing::warn!(
+                        cut = inflight.running(),
+                        "relay shut down with handlers still running; their claims are given back"
+                    );
+                    inflight.abort(done).await;
+                    return;
+                }
             }
-        }
-        tracing::warn!(
-            cut = running.tasks.len(),
-            "relay shut down with handlers still running; their claims are given back"
-        );
-        running.tasks.abort_all();
-        while let Some(joined) = running.tasks.join_next_with_id().await {
-            done.extend(running.finish(joined));
         }
     }
 
@@ -313,21 +280,6 @@ impl<S: Maintenance> Relay<S> {
                 tracing::warn!(%error, "relay could not subscribe to wake-ups; polling");
                 None
             }
-        }
-    }
-}
-
-impl Running {
-    /// The completion of a finished handler task, or for one aborted at
-    /// shutdown (handler panics are caught inside the attempt), a release of
-    /// its claim.
-    fn finish(&mut self, joined: Result<(Id, Completion), JoinError>) -> Option<Completion> {
-        match joined {
-            Ok((id, completion)) => {
-                self.fences.remove(&id);
-                Some(completion)
-            }
-            Err(error) => self.fences.remove(&error.id()).map(transition::release),
         }
     }
 }

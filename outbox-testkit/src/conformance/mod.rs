@@ -35,7 +35,8 @@ pub use ordering::*;
 pub use relay::{
     ordering_keys_hold_under_random_failures, purge_keeps_pending_and_recent_rows,
     relay_wakes_for_the_next_due_retry, shutdown_deadline_gives_claims_back,
-    shutdown_waits_for_running_handlers, stats_and_requeue, three_relays_deliver_each_task_once,
+    shutdown_gives_back_claims_never_started, shutdown_waits_for_running_handlers,
+    stats_and_requeue, three_relays_deliver_each_task_once,
 };
 pub use rounds::*;
 pub use send::*;
@@ -81,6 +82,7 @@ macro_rules! conformance_tests {
             ordering_keys_hold_under_random_failures,
             shutdown_waits_for_running_handlers,
             shutdown_deadline_gives_claims_back,
+            shutdown_gives_back_claims_never_started,
             purge_keeps_pending_and_recent_rows,
             stats_and_requeue,
             relay_wakes_for_the_next_due_retry,

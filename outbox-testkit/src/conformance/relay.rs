@@ -347,3 +347,43 @@ pub async fn relay_wakes_for_the_next_due_retry<B: TestBackend>(db: &B) -> anyho
     assert_eq!(get(db, id).await?.attempts, 2);
     Ok(())
 }
+
+/// A relay claims a whole batch even when fewer handler slots are free; on
+/// shutdown the claims it never started are given back at once.
+pub async fn shutdown_gives_back_claims_never_started<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    let ids = enqueue_committed(db, (0..10).map(task).collect()).await?;
+    let (mock, handle) = handler::blocking();
+    let config = WorkerConfig {
+        concurrency: 2,
+        ..config("relay")
+    };
+    let worker = worker(db, registry(mock)?, config)?;
+    let shutdown = CancellationToken::new();
+    let relay = spawn_relay(worker, relay_config(), &shutdown)?;
+    handle.wait_for_blocked(2).await;
+    // All ten are claimed, two are running.
+    let leased = db.count("outbox_tasks WHERE lease_owner = 'relay'").await?;
+    assert_eq!(leased, 10, "the relay claimed only what it could start");
+    shutdown.cancel();
+    handle.release();
+    let report = relay.await?;
+    assert_eq!(
+        (report.claimed, report.succeeded, report.released),
+        (10, 2, 8)
+    );
+    let mut started = 0;
+    for id in ids {
+        let record = get(db, id).await?;
+        assert!(record.lease.is_none(), "task {id} kept its lease");
+        match record.status {
+            Status::Succeeded => started += 1,
+            Status::Pending => assert_eq!(record.attempts, 1),
+            other => panic!("task {id} is {other}"),
+        }
+    }
+    assert_eq!(started, 2);
+    assert_eq!(handle.calls(), 2);
+    Ok(())
+}
