@@ -11,7 +11,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use outbox_core::{Error, Result, Task, TaskId};
 use outbox_diesel::require_transaction;
 
-use crate::{schema::outbox_tasks, timestamp};
+use crate::{batch_insert, schema::outbox_tasks, timestamp};
 
 /// Validates `task` completely, including the column range of its instants.
 fn check(task: &Task) -> Result<serde_json::Value> {
@@ -111,28 +111,6 @@ struct Inserted {
     inserted: bool,
 }
 
-/// Without any `dedup_key` nothing can conflict, so a plain insert does: its
-/// rows are inserted, and their identity values drawn, in `ORDER BY ord`
-/// order, so the returned ids sorted ascending follow the input order (the
-/// server-generated-key sentinel SQLAlchemy relies on for PostgreSQL).
-const INSERT_KEYLESS: &str = "\
-INSERT INTO outbox_tasks (kind, version, payload, headers, ordering_key, dedup_key,
-                          max_attempts, next_attempt_at, expires_at)
-SELECT kind, version, payload, headers, ordering_key, dedup_key,
-       max_attempts, COALESCE(next_attempt_at, now()), expires_at
-FROM unnest($1::text[], $2::int4[], $3::bytea[], $4::jsonb[], $5::text[], $6::text[],
-            $7::int4[], $8::timestamptz[], $9::timestamptz[])
-     WITH ORDINALITY AS i(kind, version, payload, headers, ordering_key, dedup_key,
-                          max_attempts, next_attempt_at, expires_at, ord)
-ORDER BY ord
-RETURNING id";
-
-#[derive(QueryableByName)]
-struct NewId {
-    #[diesel(sql_type = BigInt)]
-    id: i64,
-}
-
 /// Runs one of the batch inserts with every column of `tasks` as arrays.
 async fn insert_rows<R>(
     conn: &mut AsyncPgConnection,
@@ -187,20 +165,8 @@ pub(crate) async fn many(conn: &mut AsyncPgConnection, tasks: Vec<Task>) -> Resu
     }
     let headers = tasks.iter().map(check).collect::<Result<Vec<_>>>()?;
     if tasks.iter().all(|t| t.dedup_key.is_none()) {
-        let mut ids: Vec<i64> = insert_rows::<NewId>(conn, INSERT_KEYLESS, &tasks, headers)
-            .await?
-            .into_iter()
-            .map(|row| row.id)
-            .collect();
-        if ids.len() != tasks.len() {
-            return Err(Error::database(format!(
-                "inserted {} rows for {} tasks",
-                ids.len(),
-                tasks.len()
-            )));
-        }
-        ids.sort_unstable();
-        return Ok(ids.into_iter().map(TaskId::new).collect());
+        // Nothing can conflict: a plain insert shaped to the batch does.
+        return batch_insert::insert(conn, &tasks, headers).await;
     }
     let rows: Vec<Inserted> = insert_rows(conn, INSERT_MANY, &tasks, headers).await?;
     if rows.len() != tasks.len() {

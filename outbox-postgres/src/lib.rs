@@ -44,6 +44,7 @@
 //! with [`run_migrations`] (or `cargo xtask migrate`). Times are
 //! `TIMESTAMPTZ(6)` instants on the database clock (see [`timestamp`]).
 
+mod batch_insert;
 mod claim;
 mod complete;
 mod enqueue;

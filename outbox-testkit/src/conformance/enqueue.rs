@@ -1,7 +1,7 @@
 //! Enqueueing belongs to the caller's transaction (issue proofs 1 and 2).
 
 use diesel_async::AsyncConnection;
-use outbox_core::{Error, Status, Store, TaskId};
+use outbox_core::{Error, Status, Store, Task, TaskId};
 
 use super::support::{enqueue_committed, get, task};
 use crate::TestBackend;
@@ -129,5 +129,51 @@ pub async fn concurrent_dedup_gives_one_row<B: TestBackend>(db: &B) -> anyhow::R
     let other = enqueue_committed(db, vec![task(3).dedup_key("order-2")]).await?[0];
     assert_ne!(other, held);
     assert_eq!(db.count_tasks().await?, 2);
+    Ok(())
+}
+
+/// `enqueue_many` stores every field of every task, whatever mix of set and
+/// unset fields the batch holds (stores shape their statements to it).
+pub async fn enqueue_many_stores_every_field<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    use chrono::{TimeZone, Utc};
+    let at = |s: i64| Utc.timestamp_opt(2_000_000_000 + s, 123_456_000).single();
+    let batches: Vec<Vec<Task>> = vec![
+        // All alike: one kind, nothing optional.
+        (0..3).map(task).collect(),
+        // Everything set, the same for every row.
+        (0..3)
+            .map(|n| {
+                task(n)
+                    .header("h", "v")
+                    .ordering_key("k")
+                    .max_attempts(3)
+                    .expires_at(at(10).unwrap_or_default())
+                    .not_before(at(5).unwrap_or_default())
+            })
+            .collect(),
+        // Everything varying, set on some rows only.
+        vec![
+            Task::new("a.kind", 2, "x").header("one", "1"),
+            task(1).ordering_key("k1").max_attempts(5),
+            Task::new("b.kind", 3, vec![0u8, 255]).expires_at(at(20).unwrap_or_default()),
+            task(3)
+                .not_before(at(30).unwrap_or_default())
+                .header("two", "2"),
+        ],
+    ];
+    for batch in batches {
+        let ids = super::support::enqueue_batch(db, batch.clone()).await?;
+        assert_eq!(ids.len(), batch.len());
+        for (id, sent) in ids.into_iter().zip(batch) {
+            let stored = db.store().get(id).await?;
+            let mut expected = sent.clone();
+            expected.not_before = None; // folded into next_attempt_at
+            assert_eq!(stored.task, expected, "task {id}");
+            if let Some(at) = sent.not_before {
+                assert_eq!(stored.next_attempt_at, at, "task {id}");
+            }
+            assert_eq!(stored.status, Status::Pending);
+        }
+    }
     Ok(())
 }

@@ -54,6 +54,7 @@ macro_rules! conformance_tests {
             enqueue_rolls_back_with_the_transaction,
             enqueue_outside_a_transaction_is_refused,
             enqueue_many_returns_ids_in_order,
+            enqueue_many_stores_every_field,
             concurrent_dedup_gives_one_row,
             bad_input_names_the_field_and_writes_nothing,
             payload_limit_is_exactly_one_mebibyte,
