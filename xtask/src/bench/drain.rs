@@ -1,0 +1,148 @@
+//! Scenario 2: draining a backlog, library vs a hand-written claim loop.
+
+use std::time::{Duration, Instant};
+
+use outbox_core::{Registry, Relay, RelayConfig, Worker, WorkerConfig};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    Plan,
+    counting::Counting,
+    raw::Raw,
+    stats::{Figure, median},
+};
+
+const KIND: &str = "bench.noop";
+const BATCH: usize = 100;
+const WORKERS: usize = 2;
+
+fn workers<B: Raw>(db: &B, handler: &Counting) -> anyhow::Result<Vec<Worker<B::Store>>> {
+    let registry = Registry::builder()
+        .handler(KIND, 1, handler.clone())
+        .build()?;
+    (0..WORKERS)
+        .map(|n| {
+            let config = WorkerConfig {
+                owner: format!("bench-{n}"),
+                concurrency: BATCH,
+                ..WorkerConfig::default()
+            };
+            Ok(Worker::with_config(
+                db.store().clone(),
+                registry.clone(),
+                config,
+            )?)
+        })
+        .collect()
+}
+
+/// Tasks/s of two workers each running one `retry_pending(100)` round.
+async fn rounds<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<f64> {
+    let handler = Counting::default();
+    let workers = workers(db, &handler)?;
+    let started = Instant::now();
+    let reports =
+        futures_util::future::try_join_all(workers.iter().map(|w| w.retry_pending(BATCH))).await?;
+    let took = started.elapsed();
+    let handled: u64 = reports.iter().map(|r| r.succeeded).sum();
+    anyhow::ensure!(
+        handled == tasks,
+        "rounds handled {handled} of {tasks} tasks"
+    );
+    Ok(tasks as f64 / took.as_secs_f64())
+}
+
+/// Tasks/s of two relays until every task was handled.
+async fn relays<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<f64> {
+    let handler = Counting::default();
+    let shutdown = CancellationToken::new();
+    let config = RelayConfig {
+        batch_size: BATCH,
+        poll_interval: Duration::from_millis(100),
+        retention: None,
+        ..RelayConfig::default()
+    };
+    let started = Instant::now();
+    let mut running = Vec::new();
+    for worker in workers(db, &handler)? {
+        let relay = Relay::new(worker, config.clone())?;
+        let shutdown = shutdown.clone();
+        running.push(tokio::spawn(async move { relay.run(shutdown).await }));
+    }
+    handler.wait_for(usize::try_from(tasks)?).await;
+    shutdown.cancel();
+    for relay in running {
+        relay.await?;
+    }
+    // Every result is written once run returns: that is the end of the drain.
+    Ok(tasks as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Tasks/s of the hand-written loop on two connections.
+async fn raw<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let loops = (0..WORKERS).map(|_| async {
+        let mut conn = db.connect().await?;
+        let (mut handled, mut after) = (0, 0);
+        loop {
+            let ids = B::drain_batch(&mut conn, BATCH as i64, after).await?;
+            let Some(&last) = ids.last() else {
+                return anyhow::Ok(handled);
+            };
+            handled += ids.len();
+            after = last;
+        }
+    });
+    let handled: usize = futures_util::future::try_join_all(loops)
+        .await?
+        .iter()
+        .sum();
+    anyhow::ensure!(
+        handled as u64 == tasks,
+        "the raw loop handled {handled} of {tasks} tasks"
+    );
+    Ok(tasks as f64 / started.elapsed().as_secs_f64())
+}
+
+async fn fresh<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<()> {
+    db.reset().await?;
+    db.fill_pending(tasks, KIND).await?;
+    db.analyze().await
+}
+
+/// Rounds, relays and the raw loop over the same backlog, interleaved.
+pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<Figure>> {
+    let tasks = plan.backlog;
+    let (mut by_rounds, mut by_relays, mut by_raw) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..plan.runs {
+        fresh(db, tasks).await?;
+        by_rounds.push(rounds(db, tasks).await?);
+        fresh(db, tasks).await?;
+        by_raw.push(raw(db, tasks).await?);
+        fresh(db, tasks).await?;
+        by_relays.push(relays(db, tasks).await?);
+    }
+    let raw = median(&by_raw);
+    let figure = |scenario: String, library: f64| Figure {
+        backend: B::NAME,
+        scenario,
+        unit: "tasks/s",
+        library,
+        baseline: raw,
+        ratio: library / raw,
+        higher_is_better: true,
+        runs: plan.runs,
+        target: Some(0.7),
+        baseline_name: "raw claim + complete loop",
+    };
+    Ok(vec![
+        figure(
+            format!("drain {tasks}: retry_pending(100) on 2 workers"),
+            median(&by_rounds),
+        ),
+        figure(
+            format!("drain {tasks}: 2 relays, batch 100"),
+            median(&by_relays),
+        ),
+    ])
+}

@@ -1,0 +1,228 @@
+//! `cargo xtask bench`: this project against hand-written SQL, in one run.
+//!
+//! Each scenario runs the library and its baseline interleaved (A B A B ...)
+//! on a database of its own, and reports medians and their ratio; absolute
+//! numbers drift on shared machines, ratios hold.
+
+mod counting;
+mod drain;
+mod enqueue;
+mod latency;
+#[cfg(feature = "nats")]
+mod nats;
+mod raw;
+mod scale;
+mod stats;
+
+use std::{path::PathBuf, time::Instant};
+
+use anyhow::Context as _;
+
+use self::{latency::Latencies, raw::Raw, stats::Figure};
+
+/// Which backends to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Backend {
+    /// PostgreSQL only.
+    Postgres,
+    /// MySQL/MariaDB only.
+    Mysql,
+    /// Both.
+    All,
+}
+
+/// Arguments of `bench`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Which backends to measure.
+    #[arg(long, value_enum, default_value = "all")]
+    backend: Backend,
+    /// Smaller sizes and fewer runs: a smoke check in under a minute per backend.
+    #[arg(long)]
+    quick: bool,
+    /// Also write every figure as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Skip the JetStream scenario.
+    #[arg(long)]
+    no_nats: bool,
+}
+
+/// Sizes and repetitions.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    /// Runs per A/B pair (the median is reported).
+    pub(crate) runs: usize,
+    /// Business transactions per enqueue run.
+    pub(crate) transactions: usize,
+    /// Pending tasks per drain run.
+    pub(crate) backlog: u64,
+    /// Tasks per latency scenario.
+    pub(crate) latency_tasks: usize,
+    /// Finished rows for the scale scenario.
+    pub(crate) finished: u64,
+    /// Claims per table in the scale scenario.
+    pub(crate) claims: usize,
+    /// Tasks per JetStream run.
+    pub(crate) nats_tasks: u64,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Self {
+        if quick {
+            Self {
+                runs: 3,
+                transactions: 300,
+                backlog: 5_000,
+                latency_tasks: 300,
+                finished: 100_000,
+                claims: 20,
+                nats_tasks: 1_000,
+            }
+        } else {
+            Self {
+                runs: 5,
+                transactions: 2_000,
+                backlog: 100_000,
+                latency_tasks: 5_000,
+                finished: 1_000_000,
+                claims: 50,
+                nats_tasks: 10_000,
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Results {
+    figures: Vec<Figure>,
+    latencies: Vec<Latencies>,
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
+    let plan = Plan::new(args.quick);
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    eprintln!(
+        "bench: {} mode, {profile} build, {} runs per figure",
+        if args.quick { "quick" } else { "full" },
+        plan.runs
+    );
+    let mut results = Results::default();
+    let started = Instant::now();
+    if matches!(args.backend, Backend::Postgres | Backend::All) {
+        #[cfg(feature = "postgres")]
+        backend::<outbox_testkit::postgres::PgTestDb>(&plan, !args.no_nats, &mut results).await?;
+        #[cfg(not(feature = "postgres"))]
+        anyhow::bail!("xtask was built without the `postgres` feature");
+    }
+    if matches!(args.backend, Backend::Mysql | Backend::All) {
+        #[cfg(feature = "mysql")]
+        backend::<outbox_testkit::mysql::MysqlTestDb>(&plan, !args.no_nats, &mut results).await?;
+        #[cfg(not(feature = "mysql"))]
+        anyhow::bail!("xtask was built without the `mysql` feature");
+    }
+    print_table(&results, profile, started.elapsed().as_secs());
+    if let Some(path) = args.json {
+        let json = serde_json::json!({
+            "profile": profile,
+            "quick": args.quick,
+            "figures": results.figures.iter().map(Figure::json).collect::<Vec<_>>(),
+            "latencies": results.latencies.iter().map(Latencies::json).collect::<Vec<_>>(),
+        });
+        std::fs::write(&path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("bench: wrote {}", path.display());
+    }
+    Ok(())
+}
+
+async fn backend<B: Raw>(
+    plan: &Plan,
+    with_nats: bool,
+    results: &mut Results,
+) -> anyhow::Result<()> {
+    let step = |name: &str| eprintln!("bench: {} {name}", B::NAME);
+    let db = B::create("bench").await?;
+    db.create_orders().await?;
+    step("enqueue");
+    results.figures.extend(enqueue::measure(&db, plan).await?);
+    step("drain");
+    results.figures.extend(drain::measure(&db, plan).await?);
+    step("latency");
+    results.latencies.extend(latency::measure(&db, plan).await?);
+    step("scale");
+    let full = B::create("bench_scale").await?;
+    full.create_orders().await?;
+    results
+        .figures
+        .push(scale::measure(&db, &full, plan).await?);
+    drop(full);
+    if with_nats {
+        #[cfg(feature = "nats")]
+        {
+            step("nats");
+            results.figures.push(nats::measure(&db, plan).await?);
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::print_stdout)] // the table is the command's output
+fn print_table(results: &Results, profile: &str, seconds: u64) {
+    println!();
+    println!("| backend | scenario | library | baseline | ratio | target | runs |");
+    println!("|---|---|---|---|---|---|---|");
+    for f in &results.figures {
+        let reads = if f.higher_is_better {
+            "library/baseline rate"
+        } else {
+            "library/baseline cost"
+        };
+        let target = match (f.target, f.meets()) {
+            (Some(t), Some(true)) => format!(
+                "{} {t:.2} (met)",
+                if f.higher_is_better { ">=" } else { "<=" }
+            ),
+            (Some(t), _) => format!(
+                "{} {t:.2} (missed)",
+                if f.higher_is_better { ">=" } else { "<=" }
+            ),
+            (None, _) => "-".into(),
+        };
+        println!(
+            "| {} | {} | {:.1} {} | {:.1} ({}) | {:.3} ({reads}) | {target} | {} |",
+            f.backend, f.scenario, f.library, f.unit, f.baseline, f.baseline_name, f.ratio, f.runs
+        );
+    }
+    println!();
+    println!(
+        "| backend | latency, commit to handler start | p50 ms | p99 ms | max ms | p99 target | tasks |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for l in &results.latencies {
+        let target = l.target_p99_ms.map_or_else(
+            || "-".to_owned(),
+            |t| {
+                format!(
+                    "< {t:.0} ms ({})",
+                    if l.p(0.99) < t { "met" } else { "missed" }
+                )
+            },
+        );
+        println!(
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {target} | {} |",
+            l.backend,
+            l.scenario,
+            l.p(0.5),
+            l.p(0.99),
+            l.p(1.0),
+            l.samples.len()
+        );
+    }
+    println!();
+    println!("{profile} build; took {seconds} s");
+}

@@ -1,0 +1,363 @@
+//! The hand-written SQL each backend is measured against, and bulk fills.
+//!
+//! The baselines are what a careful user would write without the library:
+//! the same INSERT into `outbox_tasks` (getting the id back, to send after
+//! commit), and a claim-and-complete loop of two statements per batch.
+
+use std::future::Future;
+
+use outbox_testkit::TestBackend;
+
+/// Raw statements of one backend, over its test database.
+pub(crate) trait Raw: TestBackend {
+    /// `"postgres"` or `"mysql"`.
+    const NAME: &'static str;
+
+    /// Creates the business table `orders`.
+    fn create_orders(&self) -> impl Future<Output = anyhow::Result<()>> + Send {
+        self.execute_sql(Self::ORDERS)
+    }
+
+    /// DDL of `orders`.
+    const ORDERS: &'static str;
+
+    /// Inserts order `id` on `conn` (inside the caller's transaction).
+    fn insert_order(
+        conn: &mut Self::Conn,
+        id: i64,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// Inserts one outbox row by hand and reads its id back.
+    fn insert_task(
+        conn: &mut Self::Conn,
+        payload: &[u8],
+    ) -> impl Future<Output = anyhow::Result<i64>> + Send;
+
+    /// Inserts `payloads.len()` outbox rows in one statement.
+    fn insert_tasks(
+        conn: &mut Self::Conn,
+        payloads: &[Vec<u8>],
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// Claims up to `limit` due rows with ids above `after` (SKIP LOCKED) and
+    /// marks them succeeded: one claim statement (or transaction) and one
+    /// completion statement. Returns the ids it took, ascending; none when
+    /// nothing is due. The cursor keeps each claim a short index range.
+    fn drain_batch(
+        conn: &mut Self::Conn,
+        limit: i64,
+        after: i64,
+    ) -> impl Future<Output = anyhow::Result<Vec<i64>>> + Send;
+
+    /// Inserts `n` pending tasks of `kind` in bulk.
+    fn fill_pending(&self, n: u64, kind: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// Inserts `n` succeeded tasks, finished an hour ago, in bulk.
+    fn fill_finished(&self, n: u64) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// Empties `outbox_tasks` and `orders`, and refreshes planner statistics.
+    fn reset(&self) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// Refreshes planner statistics of `outbox_tasks`.
+    fn analyze(&self) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// A store that wakes relays at commit, where the backend can (NOTIFY).
+    fn notifying_store(&self) -> Option<Self::Store> {
+        None
+    }
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use diesel::{
+        QueryableByName,
+        sql_types::{Array, BigInt, Bytea, Text},
+    };
+    use diesel_async::{AsyncPgConnection, RunQueryDsl};
+    use outbox_testkit::{TestBackend, postgres::PgTestDb};
+
+    use super::Raw;
+
+    #[derive(QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+    }
+
+    impl Raw for PgTestDb {
+        const NAME: &'static str = "postgres";
+        const ORDERS: &'static str = "CREATE TABLE orders (id BIGINT PRIMARY KEY, \
+            customer TEXT NOT NULL, total_cents BIGINT NOT NULL, \
+            created_at TIMESTAMPTZ NOT NULL DEFAULT now())";
+
+        async fn insert_order(conn: &mut AsyncPgConnection, id: i64) -> anyhow::Result<()> {
+            diesel::sql_query("INSERT INTO orders (id, customer, total_cents) VALUES ($1, $2, $3)")
+                .bind::<BigInt, _>(id)
+                .bind::<Text, _>("customer-9")
+                .bind::<BigInt, _>(4200)
+                .execute(conn)
+                .await?;
+            Ok(())
+        }
+
+        async fn insert_task(conn: &mut AsyncPgConnection, payload: &[u8]) -> anyhow::Result<i64> {
+            Ok(diesel::sql_query(
+                "INSERT INTO outbox_tasks (kind, version, payload, headers) \
+                 VALUES ($1, 1, $2, '{}') RETURNING id",
+            )
+            .bind::<Text, _>("order.created")
+            .bind::<Bytea, _>(payload)
+            .get_result::<Id>(conn)
+            .await?
+            .id)
+        }
+
+        async fn insert_tasks(
+            conn: &mut AsyncPgConnection,
+            payloads: &[Vec<u8>],
+        ) -> anyhow::Result<()> {
+            diesel::sql_query(
+                "INSERT INTO outbox_tasks (kind, version, payload, headers) \
+                 SELECT 'order.created', 1, p, '{}' FROM unnest($1::bytea[]) AS p",
+            )
+            .bind::<Array<Bytea>, _>(payloads)
+            .execute(conn)
+            .await?;
+            Ok(())
+        }
+
+        async fn drain_batch(
+            conn: &mut AsyncPgConnection,
+            limit: i64,
+            after: i64,
+        ) -> anyhow::Result<Vec<i64>> {
+            let claimed: Vec<Id> = diesel::sql_query(
+                "UPDATE outbox_tasks SET lease_owner = 'raw', attempts = attempts + 1, \
+                     lease_expires_at = now() + interval '30 seconds' \
+                 WHERE id IN (SELECT id FROM outbox_tasks \
+                     WHERE status = 'pending' AND id > $2 AND next_attempt_at <= now() \
+                       AND (lease_expires_at IS NULL OR lease_expires_at <= now()) \
+                     ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) \
+                 RETURNING id, kind, version, payload",
+            )
+            .bind::<BigInt, _>(limit)
+            .bind::<BigInt, _>(after)
+            .load(conn)
+            .await?;
+            if claimed.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut ids: Vec<i64> = claimed.iter().map(|row| row.id).collect();
+            ids.sort_unstable();
+            diesel::sql_query(
+                "UPDATE outbox_tasks SET status = 'succeeded', finished_at = now(), \
+                     updated_at = now(), lease_owner = NULL, lease_expires_at = NULL \
+                 WHERE id = ANY($1)",
+            )
+            .bind::<Array<BigInt>, _>(&ids)
+            .execute(conn)
+            .await?;
+            Ok(ids)
+        }
+
+        async fn fill_pending(&self, n: u64, kind: &str) -> anyhow::Result<()> {
+            self.execute_sql(&format!(
+                "INSERT INTO outbox_tasks (kind, version, payload, headers) \
+                 SELECT '{kind}', 1, convert_to('{{\"order\":' || g || '}}', 'UTF8'), '{{}}' \
+                 FROM generate_series(1, {n}) AS g"
+            ))
+            .await
+        }
+
+        async fn fill_finished(&self, n: u64) -> anyhow::Result<()> {
+            self.execute_sql(&format!(
+                "INSERT INTO outbox_tasks (kind, version, payload, headers, status, attempts, \
+                     finished_at) \
+                 SELECT 'order.created', 1, '\\x7b7d', '{{}}', 'succeeded', 1, \
+                     now() - interval '1 hour' FROM generate_series(1, {n})"
+            ))
+            .await
+        }
+
+        async fn reset(&self) -> anyhow::Result<()> {
+            self.execute_sql("TRUNCATE outbox_tasks, orders").await?;
+            self.analyze().await
+        }
+
+        async fn analyze(&self) -> anyhow::Result<()> {
+            self.execute_sql("ANALYZE outbox_tasks").await
+        }
+
+        fn notifying_store(&self) -> Option<outbox_postgres::PgStore> {
+            Some(self.store().clone().with_notify())
+        }
+    }
+}
+
+#[cfg(feature = "mysql")]
+mod mysql {
+    use diesel::{
+        QueryableByName,
+        mysql::Mysql,
+        sql_types::{BigInt, Blob, Text},
+    };
+    use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
+    use outbox_testkit::{TestBackend, mysql::MysqlTestDb};
+
+    use super::Raw;
+
+    #[derive(QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+    }
+
+    const INSERT: &str = "INSERT INTO outbox_tasks (kind, version, payload, headers, \
+        next_attempt_at, last_error, created_at, updated_at) VALUES ";
+    const ROW: &str = "('order.created', 1, ?, '{}', UTC_TIMESTAMP(6), '', UTC_TIMESTAMP(6), \
+        UTC_TIMESTAMP(6))";
+
+    /// Ten digits, cross-joined for bulk fills (no generate_series here).
+    const DIGITS: &str = "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
+        UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \
+        UNION ALL SELECT 8 UNION ALL SELECT 9)";
+
+    fn list(ids: &[i64]) -> String {
+        ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+    }
+
+    fn numbers(n: u64) -> String {
+        let tables = n.max(1).to_string().len().max(1);
+        let joined: Vec<String> = (0..tables).map(|i| format!("{DIGITS} t{i}")).collect();
+        format!("{} LIMIT {n}", joined.join(" CROSS JOIN "))
+    }
+
+    impl Raw for MysqlTestDb {
+        const NAME: &'static str = "mysql";
+        const ORDERS: &'static str = "CREATE TABLE orders (id BIGINT PRIMARY KEY, \
+            customer VARCHAR(64) NOT NULL, total_cents BIGINT NOT NULL, \
+            created_at DATETIME(6) NOT NULL)";
+
+        async fn insert_order(conn: &mut AsyncMysqlConnection, id: i64) -> anyhow::Result<()> {
+            diesel::sql_query(
+                "INSERT INTO orders (id, customer, total_cents, created_at) \
+                 VALUES (?, ?, ?, UTC_TIMESTAMP(6))",
+            )
+            .bind::<BigInt, _>(id)
+            .bind::<Text, _>("customer-9")
+            .bind::<BigInt, _>(4200)
+            .execute(conn)
+            .await?;
+            Ok(())
+        }
+
+        async fn insert_task(
+            conn: &mut AsyncMysqlConnection,
+            payload: &[u8],
+        ) -> anyhow::Result<i64> {
+            diesel::sql_query(format!("{INSERT}{ROW}"))
+                .bind::<Blob, _>(payload)
+                .execute(conn)
+                .await?;
+            Ok(diesel::sql_query("SELECT LAST_INSERT_ID() AS id")
+                .get_result::<Id>(conn)
+                .await?
+                .id)
+        }
+
+        async fn insert_tasks(
+            conn: &mut AsyncMysqlConnection,
+            payloads: &[Vec<u8>],
+        ) -> anyhow::Result<()> {
+            let rows = vec![ROW; payloads.len()].join(", ");
+            let mut query = diesel::sql_query(format!("{INSERT}{rows}")).into_boxed::<Mysql>();
+            for payload in payloads {
+                query = query.bind::<Blob, _>(payload);
+            }
+            query.execute(conn).await?;
+            diesel::sql_query("SELECT LAST_INSERT_ID() AS id")
+                .get_result::<Id>(conn)
+                .await?;
+            Ok(())
+        }
+
+        async fn drain_batch(
+            conn: &mut AsyncMysqlConnection,
+            limit: i64,
+            after: i64,
+        ) -> anyhow::Result<Vec<i64>> {
+            conn.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                .await?;
+            let ids = conn
+                .transaction::<_, anyhow::Error, _>(async |tx| {
+                    let claimed: Vec<Id> = diesel::sql_query(
+                        "SELECT id, kind, version, payload FROM outbox_tasks \
+                         WHERE status = 'pending' AND id > ? \
+                           AND next_attempt_at <= UTC_TIMESTAMP(6) \
+                           AND (lease_expires_at IS NULL OR lease_expires_at <= UTC_TIMESTAMP(6)) \
+                         ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
+                    )
+                    .bind::<BigInt, _>(after)
+                    .bind::<BigInt, _>(limit)
+                    .load(tx)
+                    .await?;
+                    let ids: Vec<i64> = claimed.iter().map(|row| row.id).collect();
+                    if !ids.is_empty() {
+                        tx.batch_execute(&format!(
+                            "UPDATE outbox_tasks SET lease_owner = 'raw', attempts = attempts + 1, \
+                             lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND \
+                             WHERE id IN ({})",
+                            list(&ids)
+                        ))
+                        .await?;
+                    }
+                    Ok(ids)
+                })
+                .await?;
+            if ids.is_empty() {
+                return Ok(ids);
+            }
+            conn.batch_execute(&format!(
+                "UPDATE outbox_tasks SET status = 'succeeded', finished_at = UTC_TIMESTAMP(6), \
+                 updated_at = UTC_TIMESTAMP(6), lease_owner = NULL, lease_expires_at = NULL \
+                 WHERE id IN ({})",
+                list(&ids)
+            ))
+            .await?;
+            Ok(ids)
+        }
+
+        async fn fill_pending(&self, n: u64, kind: &str) -> anyhow::Result<()> {
+            self.execute_sql(&format!(
+                "INSERT INTO outbox_tasks (kind, version, payload, headers, next_attempt_at, \
+                     last_error, created_at, updated_at) \
+                 SELECT '{kind}', 1, '{{}}', '{{}}', UTC_TIMESTAMP(6), '', UTC_TIMESTAMP(6), \
+                     UTC_TIMESTAMP(6) FROM {}",
+                numbers(n)
+            ))
+            .await
+        }
+
+        async fn fill_finished(&self, n: u64) -> anyhow::Result<()> {
+            self.execute_sql(&format!(
+                "INSERT INTO outbox_tasks (kind, version, payload, headers, status, attempts, \
+                     next_attempt_at, last_error, created_at, updated_at, finished_at) \
+                 SELECT 'order.created', 1, '{{}}', '{{}}', 'succeeded', 1, UTC_TIMESTAMP(6), '', \
+                     UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) - INTERVAL 1 HOUR \
+                 FROM {}",
+                numbers(n)
+            ))
+            .await
+        }
+
+        async fn reset(&self) -> anyhow::Result<()> {
+            self.execute_sql("TRUNCATE TABLE outbox_tasks").await?;
+            self.execute_sql("TRUNCATE TABLE orders").await?;
+            self.analyze().await
+        }
+
+        async fn analyze(&self) -> anyhow::Result<()> {
+            self.execute_sql("ANALYZE TABLE outbox_tasks").await
+        }
+    }
+}

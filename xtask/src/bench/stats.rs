@@ -1,0 +1,92 @@
+//! Medians, percentiles and the figures a benchmark reports.
+
+use std::time::Duration;
+
+/// One reported number: the library, the baseline, and their ratio.
+#[derive(Debug, Clone)]
+pub(crate) struct Figure {
+    pub(crate) backend: &'static str,
+    pub(crate) scenario: String,
+    pub(crate) unit: &'static str,
+    pub(crate) library: f64,
+    pub(crate) baseline: f64,
+    /// `library / baseline` for costs, `library / baseline` for rates too:
+    /// `higher_is_better` says how to read it.
+    pub(crate) ratio: f64,
+    pub(crate) higher_is_better: bool,
+    pub(crate) runs: usize,
+    pub(crate) target: Option<f64>,
+    pub(crate) baseline_name: &'static str,
+}
+
+impl Figure {
+    /// Whether the ratio meets its target, if it has one.
+    pub(crate) fn meets(&self) -> Option<bool> {
+        self.target.map(|target| {
+            if self.higher_is_better {
+                self.ratio >= target
+            } else {
+                self.ratio <= target
+            }
+        })
+    }
+
+    pub(crate) fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "backend": self.backend,
+            "scenario": self.scenario,
+            "unit": self.unit,
+            "library": self.library,
+            "baseline": self.baseline,
+            "baseline_name": self.baseline_name,
+            "ratio": self.ratio,
+            "higher_is_better": self.higher_is_better,
+            "runs": self.runs,
+            "target": self.target,
+            "meets_target": self.meets(),
+        })
+    }
+}
+
+/// The median of `values` (0 for none).
+pub(crate) fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// The `q`-quantile (0..=1) of `durations`, nearest rank.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // a rank within len
+pub(crate) fn percentile(durations: &[Duration], q: f64) -> Duration {
+    let mut sorted = durations.to_vec();
+    sorted.sort();
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Milliseconds, for tables.
+pub(crate) fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_and_percentiles() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        let d: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&d, 0.5), Duration::from_millis(50));
+        assert_eq!(percentile(&d, 0.99), Duration::from_millis(99));
+        assert_eq!(percentile(&d, 1.0), Duration::from_millis(100));
+    }
+}
