@@ -5,11 +5,14 @@
 //! - `ci`: checks beyond the tests, such as backends compiling only when chosen.
 //! - `bench [--backend postgres|mysql|all] [--quick] [--json PATH]`: the
 //!   library against hand-written SQL in the same run, as ratios.
+//! - `demo [--backend postgres|mysql] [--orders N] [--nats]`: an order service
+//!   on the local services, with failures injected, and a summary.
 
 use clap::{Parser, Subcommand};
 
 mod bench;
 mod ci;
+mod demo;
 mod migrate;
 
 #[derive(Debug, Parser)]
@@ -27,6 +30,11 @@ enum Command {
     Ci(ci::Args),
     /// Measure the library against hand-written SQL; prints ratios.
     Bench(bench::Args),
+    /// Run an order service on the outbox, with failures injected, and summarise.
+    Demo(demo::Args),
+    /// The demo's relay process (started by `demo`).
+    #[command(hide = true)]
+    DemoRelay(demo::ChildArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -34,6 +42,8 @@ fn main() -> anyhow::Result<()> {
         Command::Migrate(args) => runtime()?.block_on(migrate::run(args)),
         Command::Ci(args) => ci::run(args),
         Command::Bench(args) => runtime()?.block_on(bench::run(args)),
+        Command::Demo(args) => runtime()?.block_on(demo::run(args)),
+        Command::DemoRelay(args) => runtime()?.block_on(demo::run_child(args)),
     }
 }
 

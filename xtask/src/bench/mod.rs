@@ -10,9 +10,9 @@ mod enqueue;
 mod latency;
 #[cfg(feature = "nats")]
 mod nats;
-mod raw;
+pub(crate) mod raw;
 mod scale;
-mod stats;
+pub(crate) mod stats;
 
 use std::{path::PathBuf, time::Instant};
 

@@ -21,6 +21,16 @@ pub(crate) trait Raw: TestBackend {
     /// DDL of `orders`.
     const ORDERS: &'static str;
 
+    /// DDL of the demo's `deliveries` log.
+    const DELIVERIES: &'static str;
+
+    /// The database clock, as an SQL expression.
+    const NOW: &'static str;
+
+    /// For each delivered task: microseconds from its insert to its first
+    /// delivery in `deliveries`.
+    fn first_delivery_latencies(&self) -> impl Future<Output = anyhow::Result<Vec<i64>>> + Send;
+
     /// Inserts order `id` on `conn` (inside the caller's transaction).
     fn insert_order(
         conn: &mut Self::Conn,
@@ -86,6 +96,24 @@ mod postgres {
 
     impl Raw for PgTestDb {
         const NAME: &'static str = "postgres";
+        const DELIVERIES: &'static str = "CREATE TABLE deliveries (task_id BIGINT NOT NULL, \
+            attempt BIGINT NOT NULL, duplicate INT NOT NULL, delivered_at TIMESTAMPTZ NOT NULL)";
+        const NOW: &'static str = "clock_timestamp()";
+
+        async fn first_delivery_latencies(&self) -> anyhow::Result<Vec<i64>> {
+            let mut conn = self.connect().await?;
+            Ok(diesel::sql_query(
+                "SELECT (EXTRACT(EPOCH FROM MIN(d.delivered_at) - t.created_at) * 1000000)::bigint \
+                     AS id \
+                 FROM deliveries d JOIN outbox_tasks t ON t.id = d.task_id \
+                 GROUP BY t.id, t.created_at",
+            )
+            .load::<Id>(&mut conn)
+            .await?
+            .into_iter()
+            .map(|row| row.id)
+            .collect())
+        }
         const ORDERS: &'static str = "CREATE TABLE orders (id BIGINT PRIMARY KEY, \
             customer TEXT NOT NULL, total_cents BIGINT NOT NULL, \
             created_at TIMESTAMPTZ NOT NULL DEFAULT now())";
@@ -234,6 +262,24 @@ mod mysql {
 
     impl Raw for MysqlTestDb {
         const NAME: &'static str = "mysql";
+        const DELIVERIES: &'static str = "CREATE TABLE deliveries (task_id BIGINT NOT NULL, \
+            attempt BIGINT NOT NULL, duplicate INT NOT NULL, delivered_at DATETIME(6) NOT NULL)";
+        const NOW: &'static str = "UTC_TIMESTAMP(6)";
+
+        async fn first_delivery_latencies(&self) -> anyhow::Result<Vec<i64>> {
+            let mut conn = self.connect().await?;
+            Ok(diesel::sql_query(
+                "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, t.created_at, MIN(d.delivered_at)) \
+                     AS SIGNED) AS id \
+                 FROM deliveries d JOIN outbox_tasks t ON t.id = d.task_id \
+                 GROUP BY t.id, t.created_at",
+            )
+            .load::<Id>(&mut conn)
+            .await?
+            .into_iter()
+            .map(|row| row.id)
+            .collect())
+        }
         const ORDERS: &'static str = "CREATE TABLE orders (id BIGINT PRIMARY KEY, \
             customer VARCHAR(64) NOT NULL, total_cents BIGINT NOT NULL, \
             created_at DATETIME(6) NOT NULL)";

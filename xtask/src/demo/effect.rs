@@ -1,0 +1,50 @@
+//! What the demo's order.created handler does: record (or publish) the
+//! delivery, failing now and then like a real downstream.
+
+use std::sync::Arc;
+
+use outbox_core::{Delivery, Handler, HandlerError, handler_fn};
+
+use crate::bench::raw::Raw;
+
+/// The kind the order service enqueues.
+pub(crate) const ORDER_CREATED: &str = "order.created";
+
+/// A handler that fails `failure_percent` of its calls (retryably), and
+/// otherwise records the delivery in `deliveries`, after publishing it to
+/// JetStream when a publisher is given.
+pub(crate) fn order_created<B: Raw>(
+    db: Arc<B>,
+    failure_percent: u8,
+    #[cfg(feature = "nats")] publisher: Option<Arc<outbox_nats::JetStreamPublisher>>,
+) -> impl Handler {
+    handler_fn(move |delivery: Delivery| {
+        let db = Arc::clone(&db);
+        #[cfg(feature = "nats")]
+        let publisher = publisher.clone();
+        async move {
+            if fastrand::u8(..100) < failure_percent {
+                return Err(HandlerError::retryable(anyhow::anyhow!(
+                    "shipping is briefly unavailable"
+                )));
+            }
+            #[cfg(feature = "nats")]
+            let duplicate = match &publisher {
+                Some(publisher) => publisher.publish(&delivery).await?.duplicate,
+                None => false,
+            };
+            #[cfg(not(feature = "nats"))]
+            let duplicate = false;
+            db.execute_sql(&format!(
+                "INSERT INTO deliveries (task_id, attempt, duplicate, delivered_at) \
+                 VALUES ({}, {}, {}, {})",
+                delivery.id,
+                delivery.attempt,
+                if duplicate { 1 } else { 0 },
+                B::NOW
+            ))
+            .await?;
+            Ok(())
+        }
+    })
+}

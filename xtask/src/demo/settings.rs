@@ -1,0 +1,30 @@
+//! The demo's settings: quick retries and short leases, so that injected
+//! failures and a killed relay resolve in seconds.
+
+use std::time::Duration;
+
+use outbox_core::{RelayConfig, RetryPolicy, WorkerConfig};
+
+/// Share of handler calls that fail (retryably).
+pub(crate) const FAILURE_PERCENT: u8 = 10;
+
+/// Worker settings named `owner`.
+pub(crate) fn worker(owner: &str) -> WorkerConfig {
+    WorkerConfig {
+        owner: owner.to_owned(),
+        handler_timeout: Duration::from_secs(1),
+        lease_duration: Duration::from_secs(3),
+        retry: RetryPolicy::new(Duration::from_millis(100), Duration::from_secs(1), 0.2)
+            .unwrap_or_default(),
+        ..WorkerConfig::default()
+    }
+}
+
+/// Relay settings.
+pub(crate) fn relay() -> RelayConfig {
+    RelayConfig {
+        poll_interval: Duration::from_millis(100),
+        retention: None,
+        ..RelayConfig::default()
+    }
+}

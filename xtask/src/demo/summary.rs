@@ -1,0 +1,118 @@
+//! The demo's closing summary, read back from the database (and stream).
+
+use std::time::Duration;
+
+use outbox_core::Maintenance;
+
+use crate::bench::{
+    raw::Raw,
+    stats::{ms, percentile},
+};
+
+/// What the demo did, counted from the tables.
+pub(crate) struct Summary {
+    orders: i64,
+    delivered: i64,
+    duplicates: i64,
+    retried: i64,
+    pub(crate) lost: i64,
+    placing: Duration,
+    total: Duration,
+    latencies: Vec<Duration>,
+    dropped_by_stream: i64,
+    stream: Option<(u64, u64)>,
+}
+
+impl Summary {
+    pub(crate) async fn collect<B: Raw>(
+        db: &B,
+        placing: Duration,
+        total: Duration,
+    ) -> anyhow::Result<Self> {
+        let orders = db.count("orders").await?;
+        let delivered = db
+            .count("(SELECT DISTINCT task_id FROM deliveries) AS d")
+            .await?;
+        let rows = db.count("deliveries").await?;
+        let retried = db.count("outbox_tasks WHERE attempts > 1").await?;
+        let dropped_by_stream = db.count("deliveries WHERE duplicate = 1").await?;
+        let stats = db.store().stats().await?;
+        let lost = orders - i64::try_from(stats.succeeded)?.min(delivered);
+        let latencies = db
+            .first_delivery_latencies()
+            .await?
+            .into_iter()
+            .map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)))
+            .collect();
+        Ok(Self {
+            orders,
+            delivered,
+            duplicates: rows - delivered,
+            retried,
+            lost,
+            placing,
+            total,
+            latencies,
+            dropped_by_stream,
+            stream: None,
+        })
+    }
+
+    /// Adds what the JetStream stream holds: messages, distinct task ids, and
+    /// the replays it dropped.
+    #[cfg(feature = "nats")]
+    pub(crate) async fn with_stream(
+        mut self,
+        stream: &outbox_testkit::nats::TestStream,
+    ) -> anyhow::Result<Self> {
+        let messages = stream.messages().await?;
+        let ids: std::collections::HashSet<_> = messages
+            .iter()
+            .filter_map(|m| outbox_nats::decode_parts(Some(&m.headers), &m.payload).ok())
+            .map(|received| received.id)
+            .collect();
+        self.stream = Some((messages.len() as u64, ids.len() as u64));
+        Ok(self)
+    }
+
+    #[allow(clippy::print_stdout)] // the summary is the command's output
+    pub(crate) fn print(&self) {
+        let rate = |n: i64, d: Duration| n as f64 / d.as_secs_f64().max(f64::EPSILON);
+        println!();
+        println!("| | |");
+        println!("|---|---|");
+        println!("| orders committed | {} |", self.orders);
+        println!(
+            "| messages delivered (distinct tasks) | {} |",
+            self.delivered
+        );
+        println!(
+            "| duplicate deliveries (after the kill) | {} |",
+            self.duplicates
+        );
+        println!("| tasks that needed a retry | {} |", self.retried);
+        println!("| lost | {} |", self.lost);
+        println!(
+            "| orders placed per second | {:.0} |",
+            rate(self.orders, self.placing)
+        );
+        println!(
+            "| messages delivered per second, overall | {:.0} |",
+            rate(self.delivered, self.total)
+        );
+        println!(
+            "| commit to first delivery: p50 / p99 / max | {:.1} / {:.1} / {:.1} ms |",
+            ms(percentile(&self.latencies, 0.5)),
+            ms(percentile(&self.latencies, 0.99)),
+            ms(percentile(&self.latencies, 1.0))
+        );
+        if let Some((messages, ids)) = self.stream {
+            println!("| JetStream messages (distinct task ids) | {messages} ({ids}) |");
+            println!(
+                "| replays JetStream dropped as duplicates | {} |",
+                self.dropped_by_stream
+            );
+        }
+        println!();
+    }
+}
