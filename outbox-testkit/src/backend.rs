@@ -45,6 +45,14 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
         self.count("outbox_tasks")
     }
 
+    /// The ids of the tasks visible on `conn` (of `kind`, if given), in id
+    /// order. Inside an open transaction this includes its own uncommitted
+    /// rows.
+    fn task_ids(
+        conn: &mut Self::Conn,
+        kind: Option<&str>,
+    ) -> impl Future<Output = anyhow::Result<Vec<outbox_core::TaskId>>> + Send;
+
     /// Applies the backend's outbox migrations on a new connection, as
     /// users do; returns the versions applied.
     fn migrate(&self) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;

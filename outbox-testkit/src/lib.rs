@@ -5,6 +5,7 @@
 //! - [`TestBackend`]: an isolated, migrated database per test, dropped after a
 //!   passing test and kept after a failing one; [`postgres::PgTestDb`] with
 //!   the `postgres` feature, [`mysql::MysqlTestDb`] with the `mysql` feature.
+//! - [`assert`]: "this kind was enqueued", "these tasks were delivered".
 //! - [`conformance`]: one suite of scenarios, written once and generic over
 //!   the backend, that every store must pass; [`conformance_tests!`] expands
 //!   it into `#[tokio::test]`s.
@@ -25,6 +26,7 @@
 //! # }
 //! ```
 
+pub mod assert;
 mod backend;
 pub mod conformance;
 mod drop_database;
@@ -39,6 +41,13 @@ pub mod url;
 pub mod wait;
 
 pub use backend::TestBackend;
+
+/// An `id` row.
+#[derive(Debug, diesel::QueryableByName)]
+pub(crate) struct IdRow {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub(crate) id: i64,
+}
 
 /// A `COUNT(*) AS n` row.
 #[derive(Debug, diesel::QueryableByName)]

@@ -128,6 +128,29 @@ impl TestBackend for PgTestDb {
         )
     }
 
+    async fn task_ids(
+        conn: &mut AsyncPgConnection,
+        kind: Option<&str>,
+    ) -> anyhow::Result<Vec<outbox_core::TaskId>> {
+        let rows: Vec<crate::IdRow> = match kind {
+            Some(kind) => {
+                diesel::sql_query("SELECT id FROM outbox_tasks WHERE kind = $1 ORDER BY id")
+                    .bind::<diesel::sql_types::Text, _>(kind)
+                    .load(conn)
+                    .await?
+            }
+            None => {
+                diesel::sql_query("SELECT id FROM outbox_tasks ORDER BY id")
+                    .load(conn)
+                    .await?
+            }
+        };
+        Ok(rows
+            .into_iter()
+            .map(|row| outbox_core::TaskId::new(row.id))
+            .collect())
+    }
+
     async fn migrate(&self) -> anyhow::Result<Vec<String>> {
         Ok(run_migrations(self.connect().await?).await?)
     }

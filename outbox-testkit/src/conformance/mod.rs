@@ -11,6 +11,7 @@
 //! outbox_testkit::conformance_tests!(outbox_testkit::postgres::PgTestDb);
 //! ```
 
+mod assertions;
 mod async_send;
 pub mod crash;
 mod delivery;
@@ -25,6 +26,7 @@ mod send;
 pub mod support;
 mod transaction;
 
+pub use assertions::*;
 pub use async_send::*;
 pub use delivery::*;
 pub use enqueue::*;
@@ -94,6 +96,7 @@ macro_rules! conformance_tests {
             last_error_is_cut_on_a_utf8_boundary,
             transaction_sends_after_commit,
             transaction_failure_writes_and_sends_nothing,
+            testkit_assertions_see_what_was_enqueued_and_delivered,
         );
         $crate::conformance_tests!(@each $backend, (flavor = "current_thread");
             migrations_are_idempotent_and_reversible,
