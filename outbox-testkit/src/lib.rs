@@ -31,6 +31,7 @@ mod backend;
 pub mod conformance;
 mod drop_database;
 pub mod handler;
+pub mod isolated;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "nats")]

@@ -1,114 +1,52 @@
 //! Isolated MySQL/MariaDB databases for tests: [`MysqlTestDb`].
 
-use anyhow::Context as _;
-use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
+use diesel_async::{AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
+use outbox_core::TaskId;
 use outbox_mysql::{MysqlStore, revert_migrations, run_migrations};
 
-use crate::{TestBackend, url};
+use crate::isolated::{IsolatedDb, Server};
 
-/// Environment variable naming the MySQL/MariaDB server tests use.
-pub const URL_VAR: &str = "OUTBOX_MYSQL_URL";
-/// The server used when [`URL_VAR`] is unset.
-pub const DEFAULT_URL: &str = "mysql://root@127.0.0.1:3306/test";
-/// How to start the local server when it is not running.
-pub const START_HINT: &str =
-    "start it with: start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd";
+/// A MySQL/MariaDB database of its own for one test, with a [`MysqlStore`] on it.
+pub type MysqlTestDb = IsolatedDb<Mysql>;
 
-/// A database of its own for one test, migrated, with a [`MysqlStore`] on it.
-///
-/// Dropped when the value drops; kept (and named on stderr) when the thread
-/// is panicking, so a failed test's rows can be inspected.
+/// The MySQL or MariaDB server tests use (`OUTBOX_MYSQL_URL`).
 #[derive(Debug)]
-pub struct MysqlTestDb {
-    name: String,
-    admin_url: String,
-    url: String,
-    store: MysqlStore,
-    /// Whether this value created the database (and drops it).
-    owned: bool,
-}
+pub struct Mysql;
 
-impl MysqlTestDb {
-    /// The database's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-}
-
-async fn admin_connection(admin_url: &str) -> anyhow::Result<AsyncMysqlConnection> {
-    AsyncMysqlConnection::establish(admin_url)
-        .await
-        .with_context(|| format!("MySQL at {admin_url} ({URL_VAR}) is unreachable; {START_HINT}"))
-}
-
-impl TestBackend for MysqlTestDb {
+impl Server for Mysql {
     type Store = MysqlStore;
     type Conn = AsyncMysqlConnection;
 
-    async fn create(test: &str) -> anyhow::Result<Self> {
-        let admin_url = url::from_env(URL_VAR, DEFAULT_URL);
-        let name = url::database_name(test);
-        let mut admin = admin_connection(&admin_url).await?;
-        admin
-            .batch_execute(&format!("CREATE DATABASE `{name}`"))
-            .await
-            .with_context(|| format!("creating test database {name}"))?;
-        let url = url::with_database(&admin_url, &name);
-        let conn = AsyncMysqlConnection::establish(&url)
-            .await
-            .with_context(|| format!("connecting to {url}"))?;
-        run_migrations(conn)
-            .await
-            .context("migrating the test database")?;
-        let store = MysqlStore::connect(&url, 8)?;
-        Ok(Self {
-            name,
-            admin_url,
-            url,
-            store,
-            owned: true,
-        })
+    const NAME: &'static str = "MySQL";
+    const URL_VAR: &'static str = "OUTBOX_MYSQL_URL";
+    const DEFAULT_URL: &'static str = "mysql://root@127.0.0.1:3306/test";
+    const START_HINT: &'static str =
+        "start it with: start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd";
+
+    fn create_database(name: &str) -> String {
+        format!("CREATE DATABASE `{name}`")
     }
 
-    async fn attach(url: &str) -> anyhow::Result<Self> {
-        let name = url
-            .rsplit('/')
-            .next()
-            .and_then(|tail| tail.split('?').next())
-            .unwrap_or_default()
-            .to_owned();
-        Ok(Self {
-            name,
-            admin_url: url.to_owned(),
-            url: url.to_owned(),
-            store: MysqlStore::connect(url, 8)?,
-            owned: false,
-        })
+    fn drop_database(name: &str) -> String {
+        format!("DROP DATABASE IF EXISTS `{name}`")
     }
 
-    fn url(&self) -> &str {
-        &self.url
+    fn open_store(url: &str) -> anyhow::Result<MysqlStore> {
+        Ok(MysqlStore::connect(url, 8)?)
     }
 
-    fn store(&self) -> &MysqlStore {
-        &self.store
+    fn close_store(store: &MysqlStore) {
+        store.pool().close();
     }
 
-    async fn connect(&self) -> anyhow::Result<AsyncMysqlConnection> {
-        AsyncMysqlConnection::establish(&self.url)
-            .await
-            .with_context(|| format!("connecting to {}", self.url))
+    async fn execute(store: &MysqlStore, sql: &str) -> anyhow::Result<()> {
+        Ok(store.pool().get().await?.batch_execute(sql).await?)
     }
 
-    async fn execute_sql(&self, sql: &str) -> anyhow::Result<()> {
-        let mut conn = self.store.pool().get().await?;
-        Ok(conn.batch_execute(sql).await?)
-    }
-
-    async fn count(&self, table: &str) -> anyhow::Result<i64> {
-        let mut conn = self.store.pool().get().await?;
+    async fn count(store: &MysqlStore, from: &str) -> anyhow::Result<i64> {
+        let mut conn = store.pool().get().await?;
         Ok(
-            diesel::sql_query(format!("SELECT COUNT(*) AS n FROM {table}"))
+            diesel::sql_query(format!("SELECT COUNT(*) AS n FROM {from}"))
                 .get_result::<crate::Count>(&mut *conn)
                 .await?
                 .n,
@@ -118,7 +56,7 @@ impl TestBackend for MysqlTestDb {
     async fn task_ids(
         conn: &mut AsyncMysqlConnection,
         kind: Option<&str>,
-    ) -> anyhow::Result<Vec<outbox_core::TaskId>> {
+    ) -> anyhow::Result<Vec<TaskId>> {
         let rows: Vec<crate::IdRow> = match kind {
             Some(kind) => {
                 diesel::sql_query("SELECT id FROM outbox_tasks WHERE kind = ? ORDER BY id")
@@ -132,39 +70,14 @@ impl TestBackend for MysqlTestDb {
                     .await?
             }
         };
-        Ok(rows
-            .into_iter()
-            .map(|row| outbox_core::TaskId::new(row.id))
-            .collect())
+        Ok(rows.into_iter().map(|row| TaskId::new(row.id)).collect())
     }
 
-    async fn migrate(&self) -> anyhow::Result<Vec<String>> {
-        Ok(run_migrations(self.connect().await?).await?)
+    async fn migrate(conn: AsyncMysqlConnection) -> anyhow::Result<Vec<String>> {
+        Ok(run_migrations(conn).await?)
     }
 
-    async fn revert(&self) -> anyhow::Result<Vec<String>> {
-        Ok(revert_migrations(self.connect().await?).await?)
-    }
-}
-
-impl Drop for MysqlTestDb {
-    fn drop(&mut self) {
-        self.store.pool().close();
-        if !self.owned {
-            return;
-        }
-        if std::thread::panicking() {
-            eprintln!("test failed: kept database {} ({})", self.name, self.url);
-            return;
-        }
-        let admin_url = self.admin_url.clone();
-        let statement = format!("DROP DATABASE IF EXISTS `{}`", self.name);
-        crate::drop_database::run(async move {
-            admin_connection(&admin_url)
-                .await?
-                .batch_execute(&statement)
-                .await?;
-            Ok(())
-        });
+    async fn revert(conn: AsyncMysqlConnection) -> anyhow::Result<Vec<String>> {
+        Ok(revert_migrations(conn).await?)
     }
 }

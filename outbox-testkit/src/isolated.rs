@@ -1,0 +1,201 @@
+//! [`IsolatedDb`]: a database of its own for one test, on any [`Server`].
+
+use std::{fmt, future::Future};
+
+use anyhow::Context as _;
+use diesel_async::{AsyncConnection, SimpleAsyncConnection};
+use outbox_core::{Maintenance, TaskId};
+
+use crate::{TestBackend, url};
+
+/// What differs between database servers for [`IsolatedDb`]: where the
+/// server is, how to create and drop a database, and the few statements the
+/// testkit runs. Implemented by [`Postgres`](crate::postgres::Postgres) and
+/// [`Mysql`](crate::mysql::Mysql).
+pub trait Server: Send + Sync + 'static {
+    /// The store under test.
+    type Store: Maintenance<Conn = Self::Conn>;
+    /// The backend's diesel-async connection.
+    type Conn: AsyncConnection + SimpleAsyncConnection + Send + 'static;
+
+    /// The server's name in messages.
+    const NAME: &'static str;
+    /// Environment variable naming the server.
+    const URL_VAR: &'static str;
+    /// The server used when [`Server::URL_VAR`] is unset.
+    const DEFAULT_URL: &'static str;
+    /// How to start the local server.
+    const START_HINT: &'static str;
+
+    /// `CREATE DATABASE` for `name`.
+    fn create_database(name: &str) -> String;
+    /// `DROP DATABASE` for `name`, closing other sessions if the server can.
+    fn drop_database(name: &str) -> String;
+    /// A store with its own pool on `url`.
+    fn open_store(url: &str) -> anyhow::Result<Self::Store>;
+    /// Closes the store's pool.
+    fn close_store(store: &Self::Store);
+    /// Runs SQL statements on a pooled connection of `store`.
+    fn execute(store: &Self::Store, sql: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
+    /// `SELECT COUNT(*) FROM <from>` on a pooled connection of `store`.
+    fn count(store: &Self::Store, from: &str) -> impl Future<Output = anyhow::Result<i64>> + Send;
+    /// See [`TestBackend::task_ids`].
+    fn task_ids(
+        conn: &mut Self::Conn,
+        kind: Option<&str>,
+    ) -> impl Future<Output = anyhow::Result<Vec<TaskId>>> + Send;
+    /// Applies the outbox migrations.
+    fn migrate(conn: Self::Conn) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
+    /// Reverts the outbox migrations.
+    fn revert(conn: Self::Conn) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
+}
+
+/// A database of its own for one test, migrated, with a store on it.
+///
+/// Dropped when the value drops; kept (and named on stderr) when the thread
+/// is panicking, so a failed test's rows can be inspected. A test that
+/// returns an error instead of panicking drops it.
+///
+/// ```no_run
+/// use outbox_testkit::{postgres::PgTestDb, TestBackend};
+///
+/// # async fn demo() -> anyhow::Result<()> {
+/// let db = PgTestDb::create("my_order_test").await?;
+/// let conn = db.connect().await?; // talks to this test's database only
+/// # drop(conn);
+/// # Ok(())
+/// # }
+/// ```
+pub struct IsolatedDb<S: Server> {
+    name: String,
+    admin_url: String,
+    url: String,
+    store: S::Store,
+    /// Whether this value created the database (and drops it).
+    owned: bool,
+}
+
+impl<S: Server> fmt::Debug for IsolatedDb<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IsolatedDb")
+            .field("server", &S::NAME)
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+impl<S: Server> IsolatedDb<S> {
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+async fn establish<S: Server>(url: &str) -> anyhow::Result<S::Conn> {
+    S::Conn::establish(url).await.with_context(|| {
+        format!(
+            "{} at {url} ({}) is unreachable; {}",
+            S::NAME,
+            S::URL_VAR,
+            S::START_HINT
+        )
+    })
+}
+
+impl<S: Server> TestBackend for IsolatedDb<S> {
+    type Store = S::Store;
+    type Conn = S::Conn;
+
+    async fn create(test: &str) -> anyhow::Result<Self> {
+        let admin_url = url::from_env(S::URL_VAR, S::DEFAULT_URL);
+        let name = url::database_name(test);
+        establish::<S>(&admin_url)
+            .await?
+            .batch_execute(&S::create_database(&name))
+            .await
+            .with_context(|| format!("creating test database {name}"))?;
+        let url = url::with_database(&admin_url, &name);
+        S::migrate(establish::<S>(&url).await?)
+            .await
+            .context("migrating the test database")?;
+        let store = S::open_store(&url)?;
+        Ok(Self {
+            name,
+            admin_url,
+            url,
+            store,
+            owned: true,
+        })
+    }
+
+    async fn attach(url: &str) -> anyhow::Result<Self> {
+        let name = url
+            .rsplit('/')
+            .next()
+            .and_then(|tail| tail.split('?').next())
+            .unwrap_or_default()
+            .to_owned();
+        Ok(Self {
+            name,
+            admin_url: url.to_owned(),
+            url: url.to_owned(),
+            store: S::open_store(url)?,
+            owned: false,
+        })
+    }
+
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn store(&self) -> &S::Store {
+        &self.store
+    }
+
+    async fn connect(&self) -> anyhow::Result<S::Conn> {
+        establish::<S>(&self.url).await
+    }
+
+    async fn execute_sql(&self, sql: &str) -> anyhow::Result<()> {
+        S::execute(&self.store, sql).await
+    }
+
+    async fn count(&self, from: &str) -> anyhow::Result<i64> {
+        S::count(&self.store, from).await
+    }
+
+    async fn task_ids(conn: &mut S::Conn, kind: Option<&str>) -> anyhow::Result<Vec<TaskId>> {
+        S::task_ids(conn, kind).await
+    }
+
+    async fn migrate(&self) -> anyhow::Result<Vec<String>> {
+        S::migrate(self.connect().await?).await
+    }
+
+    async fn revert(&self) -> anyhow::Result<Vec<String>> {
+        S::revert(self.connect().await?).await
+    }
+}
+
+impl<S: Server> Drop for IsolatedDb<S> {
+    fn drop(&mut self) {
+        S::close_store(&self.store);
+        if !self.owned {
+            return;
+        }
+        if std::thread::panicking() {
+            eprintln!("test failed: kept database {} ({})", self.name, self.url);
+            return;
+        }
+        let admin_url = self.admin_url.clone();
+        let statement = S::drop_database(&self.name);
+        crate::drop_database::run(async move {
+            establish::<S>(&admin_url)
+                .await?
+                .batch_execute(&statement)
+                .await?;
+            Ok(())
+        });
+    }
+}
