@@ -6,6 +6,7 @@
 //!   passing test and kept after a failing one; [`postgres::PgTestDb`] with
 //!   the `postgres` feature, [`mysql::MysqlTestDb`] with the `mysql` feature.
 //! - [`assert`]: "this kind was enqueued", "these tasks were delivered".
+//! - [`metrics`]: the outbox's metrics, captured for assertions.
 //! - [`conformance`]: one suite of scenarios, written once and generic over
 //!   the backend, that every store must pass; [`conformance_tests!`] expands
 //!   it into `#[tokio::test]`s.
@@ -32,6 +33,7 @@ pub mod conformance;
 mod drop_database;
 pub mod handler;
 pub mod isolated;
+pub mod metrics;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "nats")]

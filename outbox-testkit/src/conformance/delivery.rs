@@ -56,3 +56,40 @@ pub async fn last_error_is_cut_on_a_utf8_boundary<B: TestBackend>(db: &B) -> any
     assert!(message.starts_with(&record.last_error));
     Ok(())
 }
+
+/// Attempts are counted by outcome and timed, per kind, through the
+/// `metrics` facade.
+pub async fn attempts_are_measured<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let captured = crate::metrics::capture()?;
+    // A kind of this test's own: other tests record into the same recorder.
+    let kind = format!("metrics.{:08x}", fastrand::u32(..));
+    let (mock, handle) = handler::failing(1);
+    let registry = outbox_core::Registry::builder()
+        .handler(kind.clone(), 1, mock)
+        .build()?;
+    let worker = worker(db, registry, config("w"))?;
+    let id = enqueue_one(db, outbox_core::Task::new(kind.clone(), 1, "{}")).await?;
+    let enqueued_before = captured.counter("outbox_enqueued_total", &[]);
+    assert!(enqueued_before >= 1, "enqueue was not counted");
+    assert!(worker.send(id).await.is_err());
+    worker.send(id).await?;
+    assert_eq!(handle.calls(), 2);
+    let labels = [("kind", kind.as_str())];
+    assert_eq!(captured.counter("outbox_retried_total", &labels), 1);
+    assert_eq!(captured.counter("outbox_sent_total", &labels), 1);
+    assert_eq!(captured.counter("outbox_failed_total", &labels), 0);
+    assert_eq!(
+        captured
+            .samples("outbox_handler_duration_seconds", &labels)
+            .len(),
+        2
+    );
+    // Only the first attempt measures the delay from insert to send.
+    assert_eq!(
+        captured
+            .samples("outbox_commit_to_send_seconds", &labels)
+            .len(),
+        1
+    );
+    Ok(())
+}

@@ -94,6 +94,7 @@ macro_rules! conformance_tests {
             panicking_handler_is_recorded_and_the_worker_lives,
             headers_reach_the_handler_unchanged,
             last_error_is_cut_on_a_utf8_boundary,
+            attempts_are_measured,
             transaction_sends_after_commit,
             transaction_failure_writes_and_sends_nothing,
             testkit_assertions_see_what_was_enqueued_and_delivered,
