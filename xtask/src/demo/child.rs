@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use outbox_core::{CancellationToken, Registry, Relay, Worker};
+use outbox_core::{CancellationToken, Relay};
 
 use super::{Backend, effect, settings};
 use crate::bench::raw::Raw;
@@ -40,19 +40,11 @@ async fn relay<B: Raw>(args: &Args) -> anyhow::Result<()> {
         Some(prefix) => Some(Arc::new(super::publisher(prefix).await?)),
         None => None,
     };
-    let handler = effect::order_created(
-        Arc::clone(&db),
-        settings::FAILURE_PERCENT,
+    let worker = effect::worker(
+        &db,
+        "demo-relay-child",
         #[cfg(feature = "nats")]
         publisher,
-    );
-    let registry = Registry::builder()
-        .handler(effect::ORDER_CREATED, 1, handler)
-        .build()?;
-    let worker = Worker::with_config(
-        db.store().clone(),
-        registry,
-        settings::worker("demo-relay-child"),
     )?;
     Relay::new(worker, settings::relay())?
         .run(CancellationToken::new())

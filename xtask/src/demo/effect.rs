@@ -48,3 +48,27 @@ pub(crate) fn order_created<B: Raw>(
         }
     })
 }
+
+/// The demo's worker: the order.created handler (failing
+/// [`FAILURE_PERCENT`](super::settings::FAILURE_PERCENT) of its calls) on
+/// `db`'s store, under `owner`.
+pub(crate) fn worker<B: Raw>(
+    db: &Arc<B>,
+    owner: &str,
+    #[cfg(feature = "nats")] publisher: Option<Arc<outbox_nats::JetStreamPublisher>>,
+) -> anyhow::Result<outbox_core::Worker<B::Store>> {
+    let handler = order_created(
+        Arc::clone(db),
+        super::settings::FAILURE_PERCENT,
+        #[cfg(feature = "nats")]
+        publisher,
+    );
+    let registry = outbox_core::Registry::builder()
+        .handler(ORDER_CREATED, 1, handler)
+        .build()?;
+    Ok(outbox_core::Worker::with_config(
+        db.store().clone(),
+        registry,
+        super::settings::worker(owner),
+    )?)
+}

@@ -17,7 +17,7 @@ use std::{process::Stdio, sync::Arc, time::Instant};
 use anyhow::Context as _;
 use diesel_async::AsyncConnection;
 use indicatif::{ProgressBar, ProgressStyle};
-use outbox_core::{CancellationToken, Maintenance, Registry, Relay, Store, Task, Worker};
+use outbox_core::{CancellationToken, Maintenance, Relay, Store, Task};
 
 pub(crate) use child::{Args as ChildArgs, run as run_child};
 
@@ -123,19 +123,11 @@ async fn demo<B: Raw>(args: &Args) -> anyhow::Result<()> {
         Some(stream) => Some(Arc::new(publisher(stream.prefix()).await?)),
         None => None,
     };
-    let handler = effect::order_created(
-        Arc::clone(&db),
-        settings::FAILURE_PERCENT,
+    let worker = effect::worker(
+        &db,
+        "demo-service",
         #[cfg(feature = "nats")]
         publisher.clone(),
-    );
-    let registry = Registry::builder()
-        .handler(effect::ORDER_CREATED, 1, handler)
-        .build()?;
-    let worker = Worker::with_config(
-        db.store().clone(),
-        registry,
-        settings::worker("demo-service"),
     )?;
 
     // The relay in a process of its own, to be killed.
