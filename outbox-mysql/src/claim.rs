@@ -6,6 +6,8 @@
 //! never blocks the application's inserts; `SKIP LOCKED` lets several
 //! workers claim side by side.
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::{
     OptionalExtension, QueryableByName,
@@ -71,12 +73,13 @@ impl TxError {
     }
 }
 
-fn lock_one_sql() -> String {
+/// Built once: the statement text is also the prepared-statement cache key.
+static LOCK_ONE_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT t.*, UTC_TIMESTAMP(6) AS db_now, {BLOCKED} AS blocked
          FROM outbox_tasks t WHERE t.id = ? FOR UPDATE"
     )
-}
+});
 
 /// Claims task `id` for `lease`, or says why it cannot be claimed now.
 pub(crate) async fn one(
@@ -85,7 +88,7 @@ pub(crate) async fn one(
     lease: &LeaseRequest,
 ) -> Result<ClaimOutcome> {
     read_committed(conn, async |conn| {
-        let locked: Option<Locked> = diesel::sql_query(lock_one_sql())
+        let locked: Option<Locked> = diesel::sql_query(LOCK_ONE_SQL.as_str())
             .bind::<BigInt, _>(id.get())
             .get_result(conn)
             .await
@@ -195,7 +198,8 @@ async fn expire(conn: &mut AsyncMysqlConnection, ids: &[TaskId], now: DateTime<U
     Ok(())
 }
 
-fn lock_due_sql() -> String {
+/// Built once: the statement text is also the prepared-statement cache key.
+static LOCK_DUE_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT t.*, UTC_TIMESTAMP(6) AS db_now, FALSE AS blocked
          FROM outbox_tasks t
@@ -207,7 +211,7 @@ fn lock_due_sql() -> String {
          LIMIT ?
          FOR UPDATE SKIP LOCKED"
     )
-}
+});
 
 /// Claims up to `request.limit` due tasks after the cursor, in id order.
 /// Expired tasks met on the way come back already failed.
@@ -219,7 +223,7 @@ pub(crate) async fn due(
         i64::try_from(request.limit).map_err(|_| Error::invalid("batch_size", "too large"))?;
     let due_by = timestamp::to_column_opt("due_by", request.due_by)?;
     read_committed(conn, async |conn| {
-        let locked: Vec<Locked> = diesel::sql_query(lock_due_sql())
+        let locked: Vec<Locked> = diesel::sql_query(LOCK_DUE_SQL.as_str())
             .into_boxed::<Mysql>()
             .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
             .bind::<Nullable<Datetime>, _>(due_by)

@@ -5,6 +5,8 @@
 //! due, and no unfinished older task with the same ordering key. When a claim
 //! by id matches nothing, the row is read back and the pure function says why.
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Utc};
 use diesel::{
     prelude::*,
@@ -25,7 +27,8 @@ const NOT_BLOCKED: &str = "(t.ordering_key IS NULL OR NOT EXISTS (
         SELECT 1 FROM outbox_tasks o
         WHERE o.ordering_key = t.ordering_key AND o.id < t.id AND o.status <> 'succeeded'))";
 
-fn claim_one_sql() -> String {
+/// Built once: the statement text is also the prepared-statement cache key.
+static CLAIM_ONE_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "UPDATE outbox_tasks t
          SET attempts = t.attempts + 1, lease_owner = $2,
@@ -36,14 +39,15 @@ fn claim_one_sql() -> String {
            AND {NOT_BLOCKED}
          RETURNING t.*"
     )
-}
+});
 
-fn inspect_sql() -> String {
+/// Built once: the statement text is also the prepared-statement cache key.
+static INSPECT_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT t.*, now() AS db_now, NOT {NOT_BLOCKED} AS blocked
          FROM outbox_tasks t WHERE t.id = $1"
     )
-}
+});
 
 const EXPIRE_ONE: &str = "\
 UPDATE outbox_tasks
@@ -71,7 +75,7 @@ pub(crate) async fn one(
     // Each pass either claims, or reads the row and acts on what the rules say;
     // a pass repeats only when a concurrent writer changed the row in between.
     for _ in 0..3 {
-        let claimed: Option<TaskRow> = diesel::sql_query(claim_one_sql())
+        let claimed: Option<TaskRow> = diesel::sql_query(CLAIM_ONE_SQL.as_str())
             .bind::<BigInt, _>(id.get())
             .bind::<Text, _>(&lease.owner)
             .bind::<BigInt, _>(micros(lease.duration))
@@ -82,7 +86,7 @@ pub(crate) async fn one(
         if let Some(row) = claimed {
             return Ok(ClaimOutcome::Claimed(Box::new(Record::try_from(row)?)));
         }
-        let inspected: Option<Inspected> = diesel::sql_query(inspect_sql())
+        let inspected: Option<Inspected> = diesel::sql_query(INSPECT_SQL.as_str())
             .bind::<BigInt, _>(id.get())
             .get_result(conn)
             .await
@@ -116,7 +120,8 @@ pub(crate) async fn one(
     Ok(ClaimOutcome::Leased { until })
 }
 
-fn claim_due_sql() -> String {
+/// Built once: the statement text is also the prepared-statement cache key.
+static CLAIM_DUE_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH due AS (
              SELECT t.id FROM outbox_tasks t
@@ -140,7 +145,7 @@ fn claim_due_sql() -> String {
          FROM due WHERE t.id = due.id
          RETURNING t.*"
     )
-}
+});
 
 /// Claims up to `request.limit` due tasks after the cursor, in id order.
 /// Expired tasks met on the way come back already failed.
@@ -150,7 +155,7 @@ pub(crate) async fn due(
 ) -> Result<Vec<Record>> {
     let limit =
         i64::try_from(request.limit).map_err(|_| Error::invalid("batch_size", "too large"))?;
-    let rows: Vec<TaskRow> = diesel::sql_query(claim_due_sql())
+    let rows: Vec<TaskRow> = diesel::sql_query(CLAIM_DUE_SQL.as_str())
         .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
         .bind::<BigInt, _>(limit)
         .bind::<Text, _>(&request.lease.owner)
