@@ -244,3 +244,23 @@ async fn stream_spec_creates_or_checks_the_stream() {
         Err(NatsError::StreamMismatch { .. })
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_refusing_the_message_fails_for_good() {
+    let stream = TestStream::create("nats_refused").await.expect("stream");
+    // The subject is captured by the test's stream, but the publisher insists
+    // on another one: JetStream refuses the message, and no retry can help.
+    let publisher = JetStreamPublisher::builder(stream.jetstream().clone())
+        .subject_prefix(stream.prefix())
+        .route("order.created", 1)
+        .expected_stream("SOME_OTHER_STREAM")
+        .build()
+        .expect("publisher");
+    let delivery = Delivery::new(TaskId::new(5), 1, Task::new("order.created", 1, "{}"));
+    let refused = publisher
+        .publish(&delivery)
+        .await
+        .expect_err("wrong stream");
+    assert!(refused.is_permanent(), "{refused}");
+    assert_eq!(stream.count().await.expect("count"), 0);
+}
