@@ -4,7 +4,7 @@ use std::{future::Future, pin::Pin, time::Duration};
 
 use futures_util::Stream;
 
-use crate::{Result, Store, TaskId};
+use crate::{Error, Result, Store, TaskId};
 
 /// Counts per status and how far behind the outbox is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -29,10 +29,32 @@ pub trait Maintenance: Store {
     /// Counts per status and the age of the oldest due task.
     fn stats(&self) -> impl Future<Output = Result<Stats>> + Send;
 
+    /// Makes task `id` pending and due at once if it is failed, keeping its
+    /// attempts and last error; `false` when it is not failed (or absent).
+    /// The building block of [`requeue`](Maintenance::requeue).
+    fn requeue_failed(&self, id: TaskId) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Deletes up to `limit` tasks finished more than `older_than` ago, in one
+    /// statement; returns how many. The building block of
+    /// [`purge_finished`](Maintenance::purge_finished).
+    fn purge_batch(
+        &self,
+        older_than: Duration,
+        limit: u32,
+    ) -> impl Future<Output = Result<u64>> + Send;
+
     /// Gives a failed task another chance: pending and due at once, its
-    /// attempts and last error kept. [`Error::NotFailed`](crate::Error::NotFailed)
-    /// unless it is failed.
-    fn requeue(&self, id: TaskId) -> impl Future<Output = Result<()>> + Send;
+    /// attempts and last error kept. [`Error::NotFailed`] unless it is failed,
+    /// [`Error::NotFound`] when there is no such task.
+    fn requeue(&self, id: TaskId) -> impl Future<Output = Result<()>> + Send {
+        async move {
+            if self.requeue_failed(id).await? {
+                return Ok(());
+            }
+            let status = self.get(id).await?.status;
+            Err(Error::NotFailed { id, status })
+        }
+    }
 
     /// Deletes succeeded and failed tasks finished more than `older_than`
     /// ago, `batch` rows per statement so no statement holds locks for long;
@@ -41,7 +63,22 @@ pub trait Maintenance: Store {
         &self,
         older_than: Duration,
         batch: usize,
-    ) -> impl Future<Output = Result<u64>> + Send;
+    ) -> impl Future<Output = Result<u64>> + Send {
+        async move {
+            let limit = u32::try_from(batch)
+                .ok()
+                .filter(|limit| *limit > 0)
+                .ok_or_else(|| Error::invalid("batch", "must be between 1 and 4294967295"))?;
+            let mut purged = 0;
+            loop {
+                let deleted = self.purge_batch(older_than, limit).await?;
+                purged += deleted;
+                if deleted < u64::from(limit) {
+                    return Ok(purged);
+                }
+            }
+        }
+    }
 
     /// How long until the next pending task that is not due yet becomes due
     /// (a scheduled task, or a retry after its backoff); `None` when none is

@@ -8,7 +8,7 @@ use diesel::{
     sql_types::{BigInt, Nullable, Text},
 };
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
-use outbox_core::{Error, Maintenance, Result, Stats, Status, Store, TaskId};
+use outbox_core::{Error, Maintenance, Result, Stats, Status, TaskId};
 use outbox_diesel::micros;
 
 use crate::MysqlStore;
@@ -78,43 +78,29 @@ impl Maintenance for MysqlStore {
         Ok(stats)
     }
 
-    async fn requeue(&self, id: TaskId) -> Result<()> {
+    async fn requeue_failed(&self, id: TaskId) -> Result<bool> {
         let changed = diesel::sql_query(REQUEUE)
             .bind::<BigInt, _>(id.get())
             .execute(&mut *self.conn().await?)
             .await
             .map_err(Error::database)?;
-        if changed == 1 {
-            return Ok(());
-        }
-        let status = self.get(id).await?.status;
-        Err(Error::NotFailed { id, status })
+        Ok(changed == 1)
     }
 
-    async fn purge_finished(&self, older_than: Duration, batch: usize) -> Result<u64> {
-        let limit = i64::try_from(batch).map_err(|_| Error::invalid("batch", "too large"))?;
-        if limit == 0 {
-            return Err(Error::invalid("batch", "must be at least 1"));
-        }
+    async fn purge_batch(&self, older_than: Duration, limit: u32) -> Result<u64> {
         let mut conn = self.conn().await?;
-        let mut purged = 0;
-        loop {
-            // READ COMMITTED: no gap locks on the finished_at index, so a purge
-            // never blocks the application's inserts.
-            conn.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                .await
-                .map_err(Error::database)?;
-            let deleted = diesel::sql_query(PURGE)
-                .bind::<BigInt, _>(micros(older_than))
-                .bind::<BigInt, _>(limit)
-                .execute(&mut *conn)
-                .await
-                .map_err(Error::database)?;
-            purged += deleted as u64;
-            if deleted < batch {
-                return Ok(purged);
-            }
-        }
+        // READ COMMITTED: no gap locks on the finished_at index, so a purge
+        // never blocks the application's inserts.
+        conn.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            .await
+            .map_err(Error::database)?;
+        let deleted = diesel::sql_query(PURGE)
+            .bind::<BigInt, _>(micros(older_than))
+            .bind::<BigInt, _>(i64::from(limit))
+            .execute(&mut *conn)
+            .await
+            .map_err(Error::database)?;
+        Ok(deleted as u64)
     }
 
     async fn next_due(&self) -> Result<Option<Duration>> {

@@ -8,7 +8,7 @@ use diesel::{
 };
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use futures_util::StreamExt;
-use outbox_core::{Error, Maintenance, Result, Stats, Store, TaskId, Wakeups};
+use outbox_core::{Error, Maintenance, Result, Stats, TaskId, Wakeups};
 use outbox_diesel::micros;
 use tokio::sync::mpsc;
 
@@ -85,38 +85,23 @@ impl Maintenance for PgStore {
         Ok(stats)
     }
 
-    async fn requeue(&self, id: TaskId) -> Result<()> {
+    async fn requeue_failed(&self, id: TaskId) -> Result<bool> {
         let changed = diesel::sql_query(REQUEUE)
             .bind::<BigInt, _>(id.get())
             .execute(&mut *self.conn().await?)
             .await
             .map_err(Error::database)?;
-        if changed == 1 {
-            return Ok(());
-        }
-        let status = self.get(id).await?.status;
-        Err(Error::NotFailed { id, status })
+        Ok(changed == 1)
     }
 
-    async fn purge_finished(&self, older_than: Duration, batch: usize) -> Result<u64> {
-        let limit = i64::try_from(batch).map_err(|_| Error::invalid("batch", "too large"))?;
-        if limit == 0 {
-            return Err(Error::invalid("batch", "must be at least 1"));
-        }
-        let mut conn = self.conn().await?;
-        let mut purged = 0;
-        loop {
-            let deleted = diesel::sql_query(PURGE)
-                .bind::<BigInt, _>(micros(older_than))
-                .bind::<BigInt, _>(limit)
-                .execute(&mut *conn)
-                .await
-                .map_err(Error::database)?;
-            purged += deleted as u64;
-            if deleted < batch {
-                return Ok(purged);
-            }
-        }
+    async fn purge_batch(&self, older_than: Duration, limit: u32) -> Result<u64> {
+        let deleted = diesel::sql_query(PURGE)
+            .bind::<BigInt, _>(micros(older_than))
+            .bind::<BigInt, _>(i64::from(limit))
+            .execute(&mut *self.conn().await?)
+            .await
+            .map_err(Error::database)?;
+        Ok(deleted as u64)
     }
 
     async fn next_due(&self) -> Result<Option<Duration>> {
