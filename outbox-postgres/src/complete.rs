@@ -46,42 +46,12 @@ pub(crate) async fn write(conn: &mut AsyncPgConnection, completions: &[Completio
         return succeed(conn, owner, completions).await;
     }
     let applied = diesel::sql_query(COMPLETE)
-        .bind::<Array<BigInt>, _>(
-            completions
-                .iter()
-                .map(|c| c.fence.id.get())
-                .collect::<Vec<_>>(),
-        )
-        .bind::<Array<Text>, _>(
-            completions
-                .iter()
-                .map(|c| c.fence.owner.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind::<Array<BigInt>, _>(
-            completions
-                .iter()
-                .map(|c| c.fence.attempt)
-                .collect::<Vec<_>>(),
-        )
-        .bind::<Array<Text>, _>(
-            completions
-                .iter()
-                .map(|c| c.status.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind::<Array<BigInt>, _>(
-            completions
-                .iter()
-                .map(|c| c.retry_in.map_or(0, micros))
-                .collect::<Vec<_>>(),
-        )
-        .bind::<Array<Nullable<Text>>, _>(
-            completions
-                .iter()
-                .map(|c| c.last_error.as_deref())
-                .collect::<Vec<_>>(),
-        )
+        .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.id.get()))
+        .bind::<Array<Text>, _>(column(completions, |c| c.fence.owner.as_str()))
+        .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.attempt))
+        .bind::<Array<Text>, _>(column(completions, |c| c.status.as_str()))
+        .bind::<Array<BigInt>, _>(column(completions, |c| c.retry_in.map_or(0, micros)))
+        .bind::<Array<Nullable<Text>>, _>(column(completions, |c| c.last_error.as_deref()))
         .execute(conn)
         .await
         .map_err(Error::database)?;
@@ -94,21 +64,16 @@ async fn succeed(
     completions: &[Completion],
 ) -> Result<u64> {
     let applied = diesel::sql_query(SUCCEED)
-        .bind::<Array<BigInt>, _>(
-            completions
-                .iter()
-                .map(|c| c.fence.id.get())
-                .collect::<Vec<_>>(),
-        )
-        .bind::<Array<BigInt>, _>(
-            completions
-                .iter()
-                .map(|c| c.fence.attempt)
-                .collect::<Vec<_>>(),
-        )
+        .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.id.get()))
+        .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.attempt))
         .bind::<Text, _>(owner)
         .execute(conn)
         .await
         .map_err(Error::database)?;
     Ok(applied as u64)
+}
+
+/// One array parameter: `value` of every completion, in order.
+fn column<'c, T>(completions: &'c [Completion], value: impl Fn(&'c Completion) -> T) -> Vec<T> {
+    completions.iter().map(value).collect()
 }
