@@ -140,6 +140,7 @@ impl Task {
                 format!("{} bytes, at most {MAX_KIND_BYTES}", self.kind.len()),
             ));
         }
+        reject_nul("kind", &self.kind)?;
         if self.version <= 0 {
             return Err(Error::invalid(
                 "version",
@@ -174,7 +175,20 @@ fn validate_key(field: &'static str, key: Option<&str>) -> Result<()> {
             field,
             format!("{} bytes, at most {MAX_KEY_BYTES}", key.len()),
         )),
-        _ => Ok(()),
+        Some(key) => reject_nul(field, key),
+        None => Ok(()),
+    }
+}
+
+/// PostgreSQL cannot store a NUL character in a text column (MySQL can), so
+/// no backend accepts one: the same task is valid everywhere.
+fn reject_nul(field: &'static str, text: &str) -> Result<()> {
+    match text.find('\0') {
+        Some(at) => Err(Error::invalid(
+            field,
+            format!("contains a NUL character at byte {at}"),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -191,6 +205,12 @@ fn validate_headers(headers: &Headers) -> Result<()> {
             return Err(Error::invalid(
                 "headers",
                 format!("header names must be 1 to {MAX_HEADER_NAME_BYTES} bytes"),
+            ));
+        }
+        if name.contains('\0') || value.contains('\0') {
+            return Err(Error::invalid(
+                "headers",
+                format!("header {name:?} contains a NUL character in its name or value"),
             ));
         }
         total += name.len() + value.len();
