@@ -17,7 +17,7 @@ use crate::{Delivery, Record, Registry, telemetry, transition::Outcome};
 /// a panic is caught and recorded the same way, so the worker lives on.
 pub(crate) async fn run_handler(registry: &Registry, record: Record, timeout: Duration) -> Outcome {
     let created_at = record.created_at;
-    let delivery = Delivery::new(record.id, record.attempts, record.task);
+    let delivery = Delivery::new(record.id, record.runs(), record.task);
     let key = delivery.key();
     let span = tracing::info_span!(
         "outbox.attempt",

@@ -1,4 +1,4 @@
-//! The bounds every backend enforces on what it stores (DESIGN §3, §7).
+//! The bounds every backend enforces on what it stores.
 
 /// Longest `kind`, in bytes.
 pub const MAX_KIND_BYTES: usize = 64;
@@ -27,9 +27,35 @@ pub fn truncate_utf8(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
+/// `text` made storable as a `last_error` on every backend: each NUL
+/// character (which PostgreSQL cannot store in text) is written as the two
+/// characters `\0`, then the text is cut to [`MAX_ERROR_BYTES`] on a
+/// character boundary. A Rust `String` is always valid UTF-8, so text built
+/// from foreign bytes (for example with `String::from_utf8_lossy`) already
+/// carries U+FFFD where those bytes were invalid.
+pub fn storable_error(text: &str) -> String {
+    if text.contains('\0') {
+        truncate_utf8(&text.replace('\0', "\\0"), MAX_ERROR_BYTES).to_owned()
+    } else {
+        truncate_utf8(text, MAX_ERROR_BYTES).to_owned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn storable_errors_escape_nul_and_stay_within_the_limit() {
+        assert_eq!(storable_error("bad\0byte"), "bad\\0byte");
+        assert_eq!(storable_error("plain"), "plain");
+        let lossy = String::from_utf8_lossy(b"bytes \xff\xfe end");
+        assert_eq!(storable_error(&lossy), "bytes \u{fffd}\u{fffd} end");
+        let long = "\0".repeat(MAX_ERROR_BYTES);
+        let stored = storable_error(&long);
+        assert_eq!(stored.len(), MAX_ERROR_BYTES);
+        assert!(!stored.contains('\0'));
+    }
 
     #[test]
     fn truncation_never_splits_a_character() {

@@ -25,8 +25,12 @@ pub struct Record {
     pub task: Task,
     /// Where the task is in its life.
     pub status: Status,
-    /// Attempts started, including one in flight.
+    /// Claims taken, including one in flight and claims given back before
+    /// their handler started; the fence of every completion write.
     pub attempts: i64,
+    /// Claims given back before their handler started (the relay had no free
+    /// slot, or too little of the lease was left). [`Record::runs`] leaves them out.
+    pub released: i64,
     /// Not claimable before this instant (backoff or schedule).
     pub next_attempt_at: DateTime<Utc>,
     /// The live or lapsed claim, if any.
@@ -42,11 +46,19 @@ pub struct Record {
 }
 
 impl Record {
+    /// How many times a handler was started for this task, including one in
+    /// flight: `attempts - released`. This is what `max_attempts` limits and
+    /// what a handler sees as [`Delivery::attempt`](crate::Delivery::attempt).
+    pub fn runs(&self) -> i64 {
+        self.attempts - self.released
+    }
+
     /// The part of the record the transition rules look at.
     pub fn state(&self) -> TaskState {
         TaskState {
             status: self.status,
             attempts: self.attempts,
+            released: self.released,
             max_attempts: self.task.max_attempts,
             next_attempt_at: self.next_attempt_at,
             expires_at: self.task.expires_at,
@@ -59,7 +71,7 @@ impl Record {
 /// A row as a backend reads it, with its times already in UTC; decoding the
 /// headers and the status into a [`Record`] is shared by every backend.
 #[derive(Debug, Clone, PartialEq)]
-#[allow(missing_docs)] // the fields are the columns of DESIGN §3
+#[allow(missing_docs)] // the fields are the table's columns, documented on `Record`
 pub struct StoredRow {
     pub id: i64,
     pub kind: String,
@@ -70,6 +82,7 @@ pub struct StoredRow {
     pub dedup_key: Option<String>,
     pub status: String,
     pub attempts: i64,
+    pub released: i64,
     pub max_attempts: Option<i32>,
     pub next_attempt_at: DateTime<Utc>,
     pub lease_owner: Option<String>,
@@ -109,6 +122,7 @@ impl TryFrom<StoredRow> for Record {
             task,
             status,
             attempts: row.attempts,
+            released: row.released,
             next_attempt_at: row.next_attempt_at,
             lease,
             last_error: row.last_error,

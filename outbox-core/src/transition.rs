@@ -1,4 +1,4 @@
-//! The state machine of DESIGN §4 as pure functions.
+//! The task state machine as pure functions (described in docs/semantics.md).
 //!
 //! Backends never decide a transition themselves: they read a [`TaskState`],
 //! ask these functions, and translate the answer into one conditional SQL
@@ -9,18 +9,18 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::{
-    Lease, RetryPolicy, Status, TaskId,
-    limits::{MAX_ERROR_BYTES, truncate_utf8},
-};
+use crate::{Lease, RetryPolicy, Status, TaskId, limits::storable_error};
 
 /// The fields of a task row the rules depend on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskState {
     /// Current status.
     pub status: Status,
-    /// Attempts started.
+    /// Claims taken, including claims given back unstarted: the fence token.
     pub attempts: i64,
+    /// Claims given back before their handler started; `attempts - released`
+    /// is how often a handler ran, which is what `max_attempts` limits.
+    pub released: i64,
     /// Attempt limit.
     pub max_attempts: Option<i32>,
     /// Earliest next claim.
@@ -166,19 +166,28 @@ pub struct Completion {
     /// For a task staying pending: how long after the database's "now" it
     /// becomes due again.
     pub retry_in: Option<Duration>,
-    /// The new `last_error` (empty on success), already cut to 4 KiB;
-    /// `None` keeps the stored one (a released claim).
+    /// The new `last_error` (empty on success), already storable: NUL
+    /// characters escaped and cut to 4 KiB on a character boundary. `None`
+    /// keeps the stored one (a claim given back).
     pub last_error: Option<String>,
+    /// The claim is given back before its handler started: `released` goes
+    /// up by one, so the claim does not count against `max_attempts`.
+    pub released: bool,
 }
 
 /// Decides how an attempt ends: success, another try after a backoff, or failed.
+///
+/// `run` is the number of this handler run (1 for the first), which is
+/// `attempts - released` of the claimed record: claims given back unstarted
+/// never count against `max_attempts` nor lengthen the backoff.
 pub fn decide(
     fence: Fence,
+    run: i64,
     max_attempts: Option<i32>,
     outcome: Outcome,
     policy: &RetryPolicy,
 ) -> Completion {
-    let exhausted = max_attempts.is_some_and(|max| fence.attempt >= i64::from(max));
+    let exhausted = max_attempts.is_some_and(|max| run >= i64::from(max));
     // A missing handler is a deployment gap, not a delivery failure: retry at
     // the first backoff step so a deploy that adds the handler soon gets it.
     let unhandled = matches!(outcome, Outcome::NoHandler(_));
@@ -187,29 +196,61 @@ pub fn decide(
         Outcome::Permanent(error) => (Status::Failed, error),
         Outcome::Retryable(error) if exhausted => (
             Status::Failed,
-            format!("gave up after {} attempts: {error}", fence.attempt),
+            format!("gave up after {run} attempts: {error}"),
         ),
         Outcome::Retryable(error) | Outcome::NoHandler(error) => (Status::Pending, error),
     };
-    let retry_in = (status == Status::Pending)
-        .then(|| policy.delay(if unhandled { 1 } else { fence.attempt }));
+    let retry_in =
+        (status == Status::Pending).then(|| policy.delay(if unhandled { 1 } else { run }));
     Completion {
         fence,
         status,
         retry_in,
-        last_error: Some(truncate_utf8(&error, MAX_ERROR_BYTES).to_owned()),
+        last_error: Some(storable_error(&error)),
+        released: false,
     }
 }
 
 /// Gives back a claim whose handler never started: the task is due again at
-/// once, its `last_error` untouched. The claim still counts as an attempt, so
-/// `attempts` never decreases.
+/// once, its `last_error` untouched, and `released` goes up by one so the
+/// claim does not count against `max_attempts`. `attempts` (the fence token)
+/// never decreases.
 pub fn release(fence: Fence) -> Completion {
     Completion {
         fence,
         status: Status::Pending,
         retry_in: Some(Duration::ZERO),
         last_error: None,
+        released: true,
+    }
+}
+
+/// Fails a claimed task for good without a handler outcome, with `reason`
+/// (made storable) in `last_error`: its stored row cannot be decoded (written
+/// by another program or by hand), or its result cannot be written.
+pub fn fail(fence: Fence, reason: &str) -> Completion {
+    Completion {
+        fence,
+        status: Status::Failed,
+        retry_in: None,
+        last_error: Some(storable_error(reason)),
+        released: false,
+    }
+}
+
+/// The `last_error` written when a running handler is cut at shutdown.
+pub const INTERRUPTED_ERROR: &str = "handler cut at shutdown before it finished";
+
+/// Gives back a claim whose handler started but was cut at shutdown: the
+/// task is due again at once. The run counts against `max_attempts` (the
+/// handler may have had effects), yet never fails the task by itself.
+pub fn interrupt(fence: Fence) -> Completion {
+    Completion {
+        fence,
+        status: Status::Pending,
+        retry_in: Some(Duration::ZERO),
+        last_error: Some(INTERRUPTED_ERROR.to_owned()),
+        released: false,
     }
 }
 
@@ -229,6 +270,7 @@ pub fn complete(
             .is_some_and(|lease| lease.owner == fence.owner);
     current.then(|| TaskState {
         status: completion.status,
+        released: state.released + i64::from(completion.released),
         lease: None,
         next_attempt_at: match completion.retry_in {
             Some(delay) => after(now, delay),

@@ -32,6 +32,7 @@ fn fresh() -> TaskState {
     TaskState {
         status: Status::Pending,
         attempts: 0,
+        released: 0,
         max_attempts: None,
         next_attempt_at: t0(),
         expires_at: None,
@@ -210,6 +211,7 @@ fn claim_takes_over_a_lapsed_lease_and_the_old_fence_goes_stale() {
     assert_eq!(f, fence("worker-b", 2));
     let old = decide(
         fence("worker-a", 1),
+        1,
         None,
         Outcome::Succeeded,
         &RetryPolicy::default(),
@@ -276,6 +278,7 @@ fn assert_retry_window(completion: &Completion, attempt: i64) {
 fn decide_retryable_below_the_limit_stays_pending_with_backoff() {
     let c = decide(
         fence("worker-a", 2),
+        2,
         Some(3),
         Outcome::Retryable("boom".into()),
         &RetryPolicy::default(),
@@ -290,6 +293,7 @@ fn decide_retryable_below_the_limit_stays_pending_with_backoff() {
 fn decide_retryable_on_the_last_attempt_gives_up() {
     let c = decide(
         fence("worker-a", 3),
+        3,
         Some(3),
         Outcome::Retryable("boom".into()),
         &RetryPolicy::default(),
@@ -302,6 +306,7 @@ fn decide_retryable_on_the_last_attempt_gives_up() {
     // Beyond the limit (e.g. after a requeue) it gives up as well.
     let c = decide(
         fence("worker-a", 5),
+        5,
         Some(3),
         Outcome::Retryable("boom".into()),
         &RetryPolicy::default(),
@@ -313,6 +318,7 @@ fn decide_retryable_on_the_last_attempt_gives_up() {
 fn decide_without_a_limit_never_gives_up() {
     let c = decide(
         fence("worker-a", 10_000),
+        10_000,
         None,
         Outcome::Retryable("boom".into()),
         &RetryPolicy::default(),
@@ -325,6 +331,7 @@ fn decide_without_a_limit_never_gives_up() {
 fn decide_no_handler_stays_pending_even_past_the_limit() {
     let c = decide(
         fence("worker-a", 9),
+        9,
         Some(3),
         Outcome::NoHandler("no handler for x v1".into()),
         &RetryPolicy::default(),
@@ -340,6 +347,7 @@ fn decide_no_handler_stays_pending_even_past_the_limit() {
 fn decide_permanent_fails_at_once() {
     let c = decide(
         fence("worker-a", 1),
+        1,
         Some(5),
         Outcome::Permanent("bad payload".into()),
         &RetryPolicy::default(),
@@ -353,6 +361,7 @@ fn decide_permanent_fails_at_once() {
 fn decide_success_clears_the_error() {
     let c = decide(
         fence("worker-a", 3),
+        3,
         Some(3),
         Outcome::Succeeded,
         &RetryPolicy::default(),
@@ -368,6 +377,7 @@ fn decide_cuts_last_error_on_a_utf8_boundary() {
     // 3-byte characters: 4096 is not a boundary, so the cut is at 4095.
     let c = decide(
         fence("worker-a", 1),
+        1,
         None,
         Outcome::Permanent("€".repeat(2000)),
         &policy,
@@ -378,6 +388,7 @@ fn decide_cuts_last_error_on_a_utf8_boundary() {
     // ASCII: cut at exactly 4096, the "gave up" prefix included.
     let c = decide(
         fence("worker-a", 2),
+        2,
         Some(2),
         Outcome::Retryable("x".repeat(5000)),
         &policy,
@@ -388,6 +399,7 @@ fn decide_cuts_last_error_on_a_utf8_boundary() {
     // Exactly at the limit: kept whole.
     let c = decide(
         fence("worker-a", 1),
+        1,
         None,
         Outcome::NoHandler("y".repeat(MAX_ERROR_BYTES)),
         &policy,
@@ -408,7 +420,13 @@ fn complete_with_the_current_fence_applies_the_decision() {
     };
     let now = t0() + secs(10);
 
-    let ok = decide(fence("worker-a", 2), Some(5), Outcome::Succeeded, &policy);
+    let ok = decide(
+        fence("worker-a", 2),
+        2,
+        Some(5),
+        Outcome::Succeeded,
+        &policy,
+    );
     let done = complete(&state, &ok, now).expect("current fence");
     assert_eq!(done.status, Status::Succeeded);
     assert_eq!(done.finished_at, Some(now));
@@ -417,6 +435,7 @@ fn complete_with_the_current_fence_applies_the_decision() {
 
     let retry = decide(
         fence("worker-a", 2),
+        2,
         Some(5),
         Outcome::Retryable("e".into()),
         &policy,
@@ -435,6 +454,7 @@ fn complete_is_accepted_after_the_lease_lapsed_if_nobody_took_over() {
     let state = claimed("worker-a", 1);
     let c = decide(
         fence("worker-a", 1),
+        1,
         None,
         Outcome::Succeeded,
         &RetryPolicy::default(),
@@ -461,7 +481,7 @@ fn complete_with_a_stale_fence_changes_nothing() {
             Outcome::Retryable("r".into()),
             Outcome::NoHandler("n".into()),
         ] {
-            let c = decide(f.clone(), None, outcome, &policy);
+            let c = decide(f.clone(), f.attempt, None, outcome, &policy);
             assert_eq!(complete(&state, &c, now), None, "{f:?}");
         }
         assert_eq!(complete(&state, &release(f.clone()), now), None, "{f:?}");
@@ -471,7 +491,7 @@ fn complete_with_a_stale_fence_changes_nothing() {
         lease: None,
         ..state.clone()
     };
-    let c = decide(fence("worker-a", 3), None, Outcome::Succeeded, &policy);
+    let c = decide(fence("worker-a", 3), 3, None, Outcome::Succeeded, &policy);
     assert_eq!(complete(&released, &c, now), None);
 }
 
@@ -485,7 +505,7 @@ fn complete_on_a_finished_task_changes_nothing() {
             ..claimed("worker-a", 2)
         };
         // Even with a matching owner and attempt, a finished task is final.
-        let c = decide(fence("worker-a", 2), None, Outcome::Succeeded, &policy);
+        let c = decide(fence("worker-a", 2), 2, None, Outcome::Succeeded, &policy);
         assert_eq!(complete(&finished, &c, t0()), None);
         let finished = TaskState {
             lease: None,
@@ -778,13 +798,15 @@ impl Sim {
             }
             Event::Complete { fence, outcome } => {
                 let fence = self.pick_fence(fence);
+                let run = fence.attempt - before.released;
                 let completion = decide(
                     fence.clone(),
+                    run,
                     before.max_attempts,
                     outcome.clone(),
                     &self.policy,
                 );
-                check_decision(&completion, &fence, before.max_attempts, outcome)?;
+                check_decision(&completion, &fence, run, before.max_attempts, outcome)?;
                 self.apply_completion(&fence, &completion)?;
             }
             Event::Release { fence } => {
@@ -795,7 +817,11 @@ impl Sim {
                 if self.state != before {
                     prop_assert_eq!(self.state.next_attempt_at, now);
                     prop_assert_eq!(self.state.status, Status::Pending);
+                    // Given back unstarted: the fence token stays, the run is not counted.
+                    prop_assert_eq!(self.state.attempts, before.attempts);
+                    prop_assert_eq!(self.state.released, before.released + 1);
                 }
+                prop_assert!(self.state.released <= self.state.attempts);
             }
             Event::Expire => {
                 let was_expired = availability(&before, now, false) == Availability::Expired;
@@ -911,19 +937,22 @@ impl Sim {
 fn check_decision(
     completion: &Completion,
     fence: &Fence,
+    run: i64,
     max_attempts: Option<i32>,
     outcome: &Outcome,
 ) -> Result<(), TestCaseError> {
-    let exhausted = max_attempts.is_some_and(|max| fence.attempt >= i64::from(max));
+    // Claims given back unstarted never count: only handler runs do.
+    let exhausted = max_attempts.is_some_and(|max| run >= i64::from(max));
     let (status, full_error) = match outcome {
         Outcome::Succeeded => (Status::Succeeded, String::new()),
         Outcome::Permanent(e) => (Status::Failed, e.clone()),
-        Outcome::Retryable(e) if exhausted => (
-            Status::Failed,
-            format!("gave up after {} attempts: {e}", fence.attempt),
-        ),
+        Outcome::Retryable(e) if exhausted => {
+            (Status::Failed, format!("gave up after {run} attempts: {e}"))
+        }
         Outcome::Retryable(e) | Outcome::NoHandler(e) => (Status::Pending, e.clone()),
     };
+    // Stored text never holds NUL (PostgreSQL cannot): it is escaped as `\0`.
+    let full_error = full_error.replace('\0', "\\0");
     prop_assert_eq!(&completion.fence, fence);
     prop_assert_eq!(completion.status, status);
     prop_assert_eq!(completion.retry_in.is_some(), status == Status::Pending);
@@ -932,6 +961,7 @@ fn check_decision(
         .as_deref()
         .ok_or_else(|| TestCaseError::fail("decide must set last_error"))?;
     prop_assert!(error.len() <= MAX_ERROR_BYTES);
+    prop_assert!(!error.contains('\0'));
     prop_assert!(full_error.starts_with(error));
     if full_error.len() <= MAX_ERROR_BYTES {
         prop_assert_eq!(error, full_error.as_str());
@@ -977,7 +1007,7 @@ proptest! {
             stale.push(Fence { id: ID, owner: owner.to_owned(), attempt: sim.state.attempts });
         }
         for fence in stale {
-            let decided = decide(fence.clone(), sim.state.max_attempts, outcome.clone(), &sim.policy);
+            let decided = decide(fence.clone(), fence.attempt, sim.state.max_attempts, outcome.clone(), &sim.policy);
             prop_assert_eq!(complete(&sim.state, &decided, sim.now), None);
             prop_assert_eq!(complete(&sim.state, &release(fence), sim.now), None);
         }

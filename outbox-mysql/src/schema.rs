@@ -19,8 +19,10 @@ diesel::table! {
         dedup_key -> Nullable<Varchar>,
         /// `pending`, `succeeded` or `failed`.
         status -> Varchar,
-        /// Attempts started.
+        /// Claims taken, including those given back unstarted (the fence token).
         attempts -> Bigint,
+        /// Claims given back before their handler started.
+        released -> Bigint,
         /// Attempt limit.
         max_attempts -> Nullable<Integer>,
         /// Earliest next claim (UTC).

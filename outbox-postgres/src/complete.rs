@@ -1,6 +1,6 @@
 //! Fenced completion writes: one statement for a whole batch of results.
 
-use diesel::sql_types::{Array, BigInt, Nullable, Text};
+use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use outbox_core::{Error, Result, Status, transition::Completion};
 
@@ -15,12 +15,14 @@ UPDATE outbox_tasks t SET
                            THEN now() + c.retry_us * interval '1 microsecond'
                            ELSE t.next_attempt_at END,
     last_error = COALESCE(c.last_error, t.last_error),
+    released = t.released + CASE WHEN c.released THEN 1 ELSE 0 END,
     lease_owner = NULL,
     lease_expires_at = NULL,
     finished_at = CASE WHEN c.status = 'pending' THEN NULL ELSE now() END,
     updated_at = now()
-FROM unnest($1::int8[], $2::text[], $3::int8[], $4::text[], $5::int8[], $6::text[])
-     AS c(id, owner, attempt, status, retry_us, last_error)
+FROM unnest($1::int8[], $2::text[], $3::int8[], $4::text[], $5::int8[], $6::text[],
+            $7::bool[])
+     AS c(id, owner, attempt, status, retry_us, last_error, released)
 WHERE t.id = c.id AND t.lease_owner = c.owner AND t.attempts = c.attempt
   AND t.status = 'pending'";
 
@@ -52,6 +54,7 @@ pub(crate) async fn write(conn: &mut AsyncPgConnection, completions: &[Completio
         .bind::<Array<Text>, _>(column(completions, |c| c.status.as_str()))
         .bind::<Array<BigInt>, _>(column(completions, |c| c.retry_in.map_or(0, micros)))
         .bind::<Array<Nullable<Text>>, _>(column(completions, |c| c.last_error.as_deref()))
+        .bind::<Array<Bool>, _>(column(completions, |c| c.released))
         .execute(conn)
         .await
         .map_err(Error::database)?;

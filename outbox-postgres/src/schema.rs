@@ -19,8 +19,10 @@ diesel::table! {
         dedup_key -> Nullable<Varchar>,
         /// `pending`, `succeeded` or `failed`.
         status -> Text,
-        /// Attempts started.
+        /// Claims taken, including those given back unstarted (the fence token).
         attempts -> Int8,
+        /// Claims given back before their handler started.
+        released -> Int8,
         /// Attempt limit.
         max_attempts -> Nullable<Int4>,
         /// Earliest next claim.

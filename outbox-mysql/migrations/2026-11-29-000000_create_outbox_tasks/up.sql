@@ -13,6 +13,7 @@ CREATE TABLE outbox_tasks (
     dedup_key        VARCHAR(255) NULL,
     status           VARCHAR(16) NOT NULL DEFAULT 'pending',
     attempts         BIGINT NOT NULL DEFAULT 0,
+    released         BIGINT NOT NULL DEFAULT 0,
     max_attempts     INT NULL,
     next_attempt_at  DATETIME(6) NOT NULL,
     lease_owner      VARCHAR(255) NULL,
@@ -37,6 +38,7 @@ CREATE TABLE outbox_tasks (
     CONSTRAINT outbox_tasks_version_check CHECK (version > 0),
     CONSTRAINT outbox_tasks_status_check CHECK (status IN ('pending', 'succeeded', 'failed')),
     CONSTRAINT outbox_tasks_attempts_check CHECK (attempts >= 0),
+    CONSTRAINT outbox_tasks_released_check CHECK (released >= 0 AND released <= attempts),
     CONSTRAINT outbox_tasks_max_attempts_check CHECK (max_attempts > 0),
     CONSTRAINT outbox_tasks_finished_check CHECK ((status = 'pending') = (finished_at IS NULL))
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

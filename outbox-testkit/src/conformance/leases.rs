@@ -50,6 +50,7 @@ fn succeeded(record: &outbox_core::Record, owner: &str) -> Completion {
             owner: owner.to_owned(),
             attempt: record.attempts,
         },
+        record.attempts,
         None,
         Outcome::Succeeded,
         &immediate_retry(),
