@@ -16,7 +16,8 @@ use diesel::{
 };
 use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
 use outbox_core::{
-    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Status, TaskId,
+    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Status, StoredRow, TaskId,
+    limits,
     transition::{self, Availability, EXPIRED_ERROR},
 };
 
@@ -73,7 +74,7 @@ impl TxError {
     }
 }
 
-/// Built once: the statement text is also the prepared-statement cache key.
+/// Built once, so the text is not formatted again on every claim.
 static LOCK_ONE_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT t.*, UTC_TIMESTAMP(6) AS db_now, {BLOCKED} AS blocked
@@ -98,7 +99,9 @@ pub(crate) async fn one(
             return Ok(ClaimOutcome::NotFound);
         };
         let now = timestamp::from_column(locked.db_now);
-        let record = Record::try_from(locked.task)?;
+        let Some(record) = decode_or_fail(conn, locked.task, now).await? else {
+            return Ok(ClaimOutcome::Finished(Status::Failed));
+        };
         match transition::availability(&record.state(), now, locked.blocked) {
             Availability::Claimable => {
                 let claimed = claim_record(record, lease, now)?;
@@ -198,7 +201,37 @@ async fn expire(conn: &mut AsyncMysqlConnection, ids: &[TaskId], now: DateTime<U
     Ok(())
 }
 
-/// Built once: the statement text is also the prepared-statement cache key.
+/// Decodes a locked row. A row that cannot be decoded (written by another
+/// program or by hand) is failed in the claim's transaction with the reason
+/// in `last_error`, so it never blocks the rest of the batch: `None`.
+async fn decode_or_fail(
+    conn: &mut AsyncMysqlConnection,
+    row: TaskRow,
+    now: DateTime<Utc>,
+) -> Result<Option<Record>> {
+    let row = StoredRow::from(row);
+    let id = row.id;
+    let error = match Record::try_from(row) {
+        Ok(record) => return Ok(Some(record)),
+        Err(error) => error,
+    };
+    tracing::warn!(task_id = id, %error, "failing a task whose row cannot be decoded");
+    let reason = limits::storable_error(&format!("stored row is unreadable: {error}"));
+    diesel::sql_query(
+        "UPDATE outbox_tasks SET status = 'failed', finished_at = ?, updated_at = ?, \
+         last_error = ?, lease_owner = NULL, lease_expires_at = NULL WHERE id = ?",
+    )
+    .bind::<Datetime, _>(now.naive_utc())
+    .bind::<Datetime, _>(now.naive_utc())
+    .bind::<Text, _>(reason)
+    .bind::<BigInt, _>(id)
+    .execute(conn)
+    .await
+    .map_err(Error::database)?;
+    Ok(None)
+}
+
+/// Built once, so the text is not formatted again on every claim.
 static LOCK_DUE_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT t.*, UTC_TIMESTAMP(6) AS db_now, FALSE AS blocked
@@ -235,7 +268,9 @@ pub(crate) async fn due(
         let (mut claimed, mut expired) = (Vec::new(), Vec::new());
         for row in locked {
             let now = timestamp::from_column(row.db_now);
-            let record = Record::try_from(row.task)?;
+            let Some(record) = decode_or_fail(conn, row.task, now).await? else {
+                continue;
+            };
             if transition::availability(&record.state(), now, false) == Availability::Expired {
                 expired.push(record.id);
                 records.push(expired_record(record, now));

@@ -19,6 +19,7 @@ pub(crate) struct TaskRow {
     dedup_key: Option<String>,
     status: String,
     attempts: i64,
+    released: i64,
     max_attempts: Option<i32>,
     next_attempt_at: NaiveDateTime,
     lease_owner: Option<String>,
@@ -34,11 +35,17 @@ impl TryFrom<TaskRow> for Record {
     type Error = Error;
 
     fn try_from(row: TaskRow) -> Result<Self> {
+        Record::try_from(StoredRow::from(row))
+    }
+}
+
+impl From<TaskRow> for StoredRow {
+    fn from(row: TaskRow) -> Self {
         // Text that is not JSON becomes a JSON string, which the shared
         // decoding then reports as corrupt headers.
         let headers =
             serde_json::from_str(&row.headers).unwrap_or(serde_json::Value::String(row.headers));
-        Record::try_from(StoredRow {
+        StoredRow {
             id: row.id,
             kind: row.kind,
             version: row.version,
@@ -48,6 +55,7 @@ impl TryFrom<TaskRow> for Record {
             dedup_key: row.dedup_key,
             status: row.status,
             attempts: row.attempts,
+            released: row.released,
             max_attempts: row.max_attempts,
             next_attempt_at: from_column(row.next_attempt_at),
             lease_owner: row.lease_owner,
@@ -57,6 +65,6 @@ impl TryFrom<TaskRow> for Record {
             created_at: from_column(row.created_at),
             updated_at: from_column(row.updated_at),
             finished_at: row.finished_at.map(from_column),
-        })
+        }
     }
 }

@@ -14,20 +14,20 @@ use diesel::{
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use outbox_core::{
-    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, TaskId,
-    transition::{self, Availability, EXPIRED_ERROR},
+    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, StoredRow, TaskId,
+    transition::{self, Availability, EXPIRED_ERROR, Fence},
 };
 
 use outbox_diesel::micros;
 
-use crate::row::TaskRow;
+use crate::{complete, row::TaskRow};
 
 /// "No older task with my ordering key is unfinished", for the row `t`.
 const NOT_BLOCKED: &str = "(t.ordering_key IS NULL OR NOT EXISTS (
         SELECT 1 FROM outbox_tasks o
         WHERE o.ordering_key = t.ordering_key AND o.id < t.id AND o.status <> 'succeeded'))";
 
-/// Built once: the statement text is also the prepared-statement cache key.
+/// Built once, so the text is not formatted again on every claim.
 static CLAIM_ONE_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "UPDATE outbox_tasks t
@@ -41,7 +41,7 @@ static CLAIM_ONE_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Built once: the statement text is also the prepared-statement cache key.
+/// Built once, so the text is not formatted again on every claim.
 static INSPECT_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT t.*, now() AS db_now, NOT {NOT_BLOCKED} AS blocked
@@ -84,7 +84,12 @@ pub(crate) async fn one(
             .optional()
             .map_err(Error::database)?;
         if let Some(row) = claimed {
-            return Ok(ClaimOutcome::Claimed(Box::new(Record::try_from(row)?)));
+            let record = decode_claimed(conn, vec![row], &lease.owner).await?;
+            return match record.into_iter().next() {
+                Some(record) => Ok(ClaimOutcome::Claimed(Box::new(record))),
+                // Unreadable: `decode_claimed` failed the task; `get` says why.
+                None => Ok(ClaimOutcome::Finished(outbox_core::Status::Failed)),
+            };
         }
         let inspected: Option<Inspected> = diesel::sql_query(INSPECT_SQL.as_str())
             .bind::<BigInt, _>(id.get())
@@ -120,7 +125,7 @@ pub(crate) async fn one(
     Ok(ClaimOutcome::Leased { until })
 }
 
-/// Built once: the statement text is also the prepared-statement cache key.
+/// Built once, so the text is not formatted again on every claim.
 static CLAIM_DUE_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH due AS (
@@ -165,10 +170,42 @@ pub(crate) async fn due(
         .load(conn)
         .await
         .map_err(Error::database)?;
-    let mut records = rows
-        .into_iter()
-        .map(Record::try_from)
-        .collect::<Result<Vec<_>>>()?;
+    let mut records = decode_claimed(conn, rows, &request.lease.owner).await?;
     records.sort_by_key(|record| record.id);
+    Ok(records)
+}
+
+/// Decodes claimed rows one by one. A row that cannot be decoded (written by
+/// another program or by hand) is failed under its fence with the reason in
+/// `last_error`, so it never blocks the rest of the batch; if even that write
+/// fails, the row's lease lapses and a later claim tries again.
+async fn decode_claimed(
+    conn: &mut AsyncPgConnection,
+    rows: Vec<TaskRow>,
+    owner: &str,
+) -> Result<Vec<Record>> {
+    let mut records = Vec::with_capacity(rows.len());
+    let mut unreadable = Vec::new();
+    for row in rows {
+        let row = StoredRow::from(row);
+        let fence = Fence {
+            id: TaskId::new(row.id),
+            owner: owner.to_owned(),
+            attempt: row.attempts,
+        };
+        match Record::try_from(row) {
+            Ok(record) => records.push(record),
+            Err(error) => {
+                tracing::warn!(task_id = fence.id.get(), %error, "failing a task whose row cannot be decoded");
+                let reason = format!("stored row is unreadable: {error}");
+                unreadable.push(transition::fail(fence, &reason));
+            }
+        }
+    }
+    if !unreadable.is_empty()
+        && let Err(error) = complete::write(conn, &unreadable).await
+    {
+        tracing::warn!(%error, "could not fail the tasks whose rows cannot be decoded");
+    }
     Ok(records)
 }

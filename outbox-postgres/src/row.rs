@@ -19,6 +19,7 @@ pub(crate) struct TaskRow {
     dedup_key: Option<String>,
     status: String,
     attempts: i64,
+    released: i64,
     max_attempts: Option<i32>,
     next_attempt_at: DateTime<Utc>,
     lease_owner: Option<String>,
@@ -34,7 +35,13 @@ impl TryFrom<TaskRow> for Record {
     type Error = Error;
 
     fn try_from(row: TaskRow) -> Result<Self> {
-        Record::try_from(StoredRow {
+        Record::try_from(StoredRow::from(row))
+    }
+}
+
+impl From<TaskRow> for StoredRow {
+    fn from(row: TaskRow) -> Self {
+        StoredRow {
             id: row.id,
             kind: row.kind,
             version: row.version,
@@ -44,6 +51,7 @@ impl TryFrom<TaskRow> for Record {
             dedup_key: row.dedup_key,
             status: row.status,
             attempts: row.attempts,
+            released: row.released,
             max_attempts: row.max_attempts,
             next_attempt_at: row.next_attempt_at,
             lease_owner: row.lease_owner,
@@ -53,6 +61,6 @@ impl TryFrom<TaskRow> for Record {
             created_at: row.created_at,
             updated_at: row.updated_at,
             finished_at: row.finished_at,
-        })
+        }
     }
 }
