@@ -88,6 +88,10 @@ pub enum Error {
         /// The handler's error text, as recorded in `last_error`.
         message: String,
     },
+    /// `send_async` left the task to the relay (or the next `retry_pending`):
+    /// the worker was already running as many sends as its `concurrency`.
+    #[error("task {0} is left to the relay: the worker was at its send concurrency")]
+    Deferred(TaskId),
     /// Two handlers were registered for one kind and version.
     #[error("a handler for {0} is already registered")]
     DuplicateHandler(HandlerKey),
@@ -148,6 +152,7 @@ impl Error {
             | Self::Busy { .. }
             | Self::NotDue { .. }
             | Self::Blocked { .. }
+            | Self::Deferred(_)
             | Self::NoHandler { .. } => true,
             Self::Handler { will_retry, .. } => *will_retry,
             _ => false,

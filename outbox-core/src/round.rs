@@ -25,15 +25,18 @@ pub struct RoundReport {
     pub expired: u64,
     /// Claims given back unstarted because too little of their lease was left.
     pub released: u64,
+    /// Results that could not be written, nor a failure in their place; their
+    /// tasks run again once their lease lapses.
+    pub dropped: u64,
 }
 
 impl RoundReport {
     fn count(&mut self, completion: &Completion) {
-        match (completion.status, &completion.last_error) {
-            (Status::Pending, None) => self.released += 1,
-            (Status::Pending, Some(_)) => self.retried += 1,
-            (Status::Succeeded, _) => self.succeeded += 1,
-            (Status::Failed, _) => self.failed += 1,
+        match completion.status {
+            Status::Pending if completion.released => self.released += 1,
+            Status::Pending => self.retried += 1,
+            Status::Succeeded => self.succeeded += 1,
+            Status::Failed => self.failed += 1,
         }
     }
 }
@@ -46,9 +49,11 @@ impl<S: Store> Worker<S> {
     /// tasks due when it began, so each task is tried at most once per round
     /// even when its retry is due at once or another worker runs a round
     /// concurrently. Handlers run concurrently (up to the configured
-    /// concurrency) and results are written back one statement per batch. The
-    /// round stops early on a database error (returned) and never on a handler
-    /// error (recorded on the task). Dropping the future cancels the round;
+    /// concurrency) and results are written back one statement per batch; a
+    /// result the database refuses is recorded as a failure of its task
+    /// instead ([`Worker::write_results`]). The round stops early on a passing
+    /// database fault (returned) and never on a handler error (recorded on
+    /// the task). Dropping the future cancels the round;
     /// tasks it had claimed become claimable again when their lease ends.
     pub async fn retry_pending(&self, batch_size: usize) -> Result<RoundReport> {
         if batch_size == 0 {
@@ -84,10 +89,11 @@ impl<S: Store> Worker<S> {
                 .buffer_unordered(self.config().concurrency)
                 .collect()
                 .await;
-            for completion in &completions {
+            let written = self.write_results(&completions).await?;
+            for completion in &written.written {
                 report.count(completion);
             }
-            self.write(&completions).await?;
+            report.dropped += written.dropped;
             if exhausted {
                 break;
             }

@@ -10,6 +10,8 @@
 //! | `outbox_handler_duration_seconds` | histogram | `kind` | handler run time |
 //! | `outbox_commit_to_send_seconds` | histogram | `kind` | from insert to the first attempt's start |
 //! | `outbox_backlog` | gauge | | pending tasks, as the relay last counted |
+//! | `outbox_relay_unwritten` | gauge | | finished results waiting for their write |
+//! | `outbox_send_async_deferred_total` | counter | | `send_async` calls left to the relay because `concurrency` sends were running |
 
 use std::time::Duration;
 
@@ -43,7 +45,7 @@ pub(crate) fn outcome(kind: &str, completion: &Completion) {
         (Status::Succeeded, _) => "outbox_sent_total",
         (Status::Failed, _) => "outbox_failed_total",
         (Status::Pending, Some(_)) => "outbox_retried_total",
-        (Status::Pending, None) => return, // a released claim is no outcome
+        (Status::Pending, None) => return, // a claim given back is no outcome
     };
     metrics::counter!(name, "kind" => kind.to_owned()).increment(1);
 }
@@ -51,4 +53,14 @@ pub(crate) fn outcome(kind: &str, completion: &Completion) {
 /// Publishes the number of pending tasks.
 pub(crate) fn backlog(pending: u64) {
     metrics::gauge!("outbox_backlog").set(pending as f64);
+}
+
+/// Publishes how many results wait for their write.
+pub(crate) fn unwritten(count: usize) {
+    metrics::gauge!("outbox_relay_unwritten").set(count as f64);
+}
+
+/// Counts a `send_async` left to the relay because the worker was at its concurrency.
+pub(crate) fn send_async_deferred() {
+    metrics::counter!("outbox_send_async_deferred_total").increment(1);
 }

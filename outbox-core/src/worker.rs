@@ -2,7 +2,11 @@
 
 use std::sync::Arc;
 
-use tokio::{runtime::Handle, sync::watch, task::JoinHandle};
+use tokio::{
+    runtime::Handle,
+    sync::{Semaphore, watch},
+    task::JoinHandle,
+};
 
 use crate::{
     ClaimOutcome, Error, LeaseRequest, Record, Registry, Result, Status, Store, TaskId,
@@ -37,6 +41,8 @@ struct Inner<S> {
     runtime: Handle,
     /// How many `send_async` tasks are running.
     in_flight: watch::Sender<usize>,
+    /// One permit per `send_async` allowed to run at once: `concurrency`.
+    send_slots: Arc<Semaphore>,
 }
 
 /// Counts one `send_async` task while it lives, even if it panics or is aborted.
@@ -74,9 +80,10 @@ impl<S: Store> Worker<S> {
             inner: Arc::new(Inner {
                 store,
                 registry,
-                config,
                 runtime,
                 in_flight: watch::channel(0).0,
+                send_slots: Arc::new(Semaphore::new(config.concurrency)),
+                config,
             }),
         })
     }
@@ -120,7 +127,7 @@ impl<S: Store> Worker<S> {
             ClaimOutcome::NotDue { at } => return Err(Error::NotDue { id, at }),
             ClaimOutcome::Blocked => return Err(Error::Blocked { id }),
         };
-        let attempt = record.attempts;
+        let attempt = record.runs();
         let key = crate::HandlerKey::new(record.task.kind.clone(), record.task.version);
         let (completion, outcome) = self.attempt(record).await;
         self.write(std::slice::from_ref(&completion)).await?;
@@ -141,11 +148,29 @@ impl<S: Store> Worker<S> {
     /// The attempt has its own handler timeout, independent of the caller's
     /// request; a failure is logged and left for the relay or the next
     /// `retry_pending`. Awaiting the handle is optional.
+    ///
+    /// At most `concurrency` of these sends run at once, so a burst cannot
+    /// exhaust the connection pool. Beyond that, the task is left to the relay
+    /// (or the next `retry_pending`) and the handle resolves to
+    /// [`Error::Deferred`] at once; the metric
+    /// `outbox_send_async_deferred_total` counts these.
     pub fn send_async(&self, id: TaskId) -> JoinHandle<Result<()>> {
+        let Ok(slot) = Arc::clone(&self.inner.send_slots).try_acquire_owned() else {
+            telemetry::send_async_deferred();
+            tracing::debug!(
+                task_id = id.get(),
+                "send_async left the task to the relay: the worker is at its concurrency"
+            );
+            return self
+                .inner
+                .runtime
+                .spawn(std::future::ready(Err(Error::Deferred(id))));
+        };
         let worker = self.clone();
         let in_flight = InFlight::start(&self.inner.in_flight);
         self.inner.runtime.spawn(async move {
             let _in_flight = in_flight;
+            let _slot = slot;
             let result = worker.send(id).await;
             if let Err(error) = &result {
                 tracing::warn!(task_id = id.get(), %error, "asynchronous send did not deliver");
@@ -182,6 +207,7 @@ impl<S: Store> Worker<S> {
     /// Runs the handler for a claimed record and decides the completion.
     pub(crate) async fn attempt(&self, record: Record) -> (Completion, Outcome) {
         let fence = self.fence(&record);
+        let run = record.runs();
         let max_attempts = record.task.max_attempts;
         let kind = record.task.kind.clone();
         let outcome = run_handler(
@@ -192,6 +218,7 @@ impl<S: Store> Worker<S> {
         .await;
         let completion = transition::decide(
             fence,
+            run,
             max_attempts,
             outcome.clone(),
             &self.inner.config.retry,

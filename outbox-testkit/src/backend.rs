@@ -31,6 +31,10 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
     /// The store over this database.
     fn store(&self) -> &Self::Store;
 
+    /// Another store over this database, with a pool of its own of
+    /// `pool_size` connections.
+    fn store_with_pool(&self, pool_size: usize) -> anyhow::Result<Self::Store>;
+
     /// A new connection of its own to this database.
     fn connect(&self) -> impl Future<Output = anyhow::Result<Self::Conn>> + Send;
 

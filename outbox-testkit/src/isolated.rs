@@ -8,6 +8,9 @@ use outbox_core::{Maintenance, TaskId};
 
 use crate::{TestBackend, url};
 
+/// Connections in the pool of the store each test database opens.
+const POOL_SIZE: usize = 8;
+
 /// What differs between database servers for [`IsolatedDb`]: where the
 /// server is, how to create and drop a database, and the few statements the
 /// testkit runs. Implemented by [`Postgres`](crate::postgres::Postgres) and
@@ -31,8 +34,8 @@ pub trait Server: Send + Sync + 'static {
     fn create_database(name: &str) -> String;
     /// `DROP DATABASE` for `name`, closing other sessions if the server can.
     fn drop_database(name: &str) -> String;
-    /// A store with its own pool on `url`.
-    fn open_store(url: &str) -> anyhow::Result<Self::Store>;
+    /// A store with its own pool of `pool_size` connections on `url`.
+    fn open_store(url: &str, pool_size: usize) -> anyhow::Result<Self::Store>;
     /// Closes the store's pool.
     fn close_store(store: &Self::Store);
     /// Runs SQL statements on a pooled connection of `store`.
@@ -119,7 +122,7 @@ impl<S: Server> TestBackend for IsolatedDb<S> {
         S::migrate(establish::<S>(&url).await?)
             .await
             .context("migrating the test database")?;
-        let store = S::open_store(&url)?;
+        let store = S::open_store(&url, POOL_SIZE)?;
         Ok(Self {
             name,
             admin_url,
@@ -140,7 +143,7 @@ impl<S: Server> TestBackend for IsolatedDb<S> {
             name,
             admin_url: url.to_owned(),
             url: url.to_owned(),
-            store: S::open_store(url)?,
+            store: S::open_store(url, POOL_SIZE)?,
             owned: false,
         })
     }
@@ -151,6 +154,10 @@ impl<S: Server> TestBackend for IsolatedDb<S> {
 
     fn store(&self) -> &S::Store {
         &self.store
+    }
+
+    fn store_with_pool(&self, pool_size: usize) -> anyhow::Result<S::Store> {
+        S::open_store(&self.url, pool_size)
     }
 
     async fn connect(&self) -> anyhow::Result<S::Conn> {

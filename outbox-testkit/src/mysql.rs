@@ -31,8 +31,8 @@ impl Server for Mysql {
         format!("DROP DATABASE IF EXISTS `{name}`")
     }
 
-    fn open_store(url: &str) -> anyhow::Result<MysqlStore> {
-        Ok(MysqlStore::connect(url, 8)?)
+    fn open_store(url: &str, pool_size: usize) -> anyhow::Result<MysqlStore> {
+        Ok(MysqlStore::connect(url, pool_size)?)
     }
 
     fn close_store(store: &MysqlStore) {

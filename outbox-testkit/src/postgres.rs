@@ -31,8 +31,8 @@ impl Server for Postgres {
         format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")
     }
 
-    fn open_store(url: &str) -> anyhow::Result<PgStore> {
-        Ok(PgStore::connect(url, 8)?)
+    fn open_store(url: &str, pool_size: usize) -> anyhow::Result<PgStore> {
+        Ok(PgStore::connect(url, pool_size)?)
     }
 
     fn close_store(store: &PgStore) {

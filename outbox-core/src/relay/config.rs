@@ -30,6 +30,10 @@ pub struct RelayConfig {
     pub purge_interval: Duration,
     /// Rows per purge statement.
     pub purge_batch: usize,
+    /// Longest time a finished result waits before it is written back.
+    pub write_delay: Duration,
+    /// Results waiting for a write beyond which the relay stops claiming.
+    pub max_unwritten: usize,
 }
 
 impl Default for RelayConfig {
@@ -41,6 +45,8 @@ impl Default for RelayConfig {
             retention: Some(Duration::from_secs(7 * 24 * 3600)),
             purge_interval: Duration::from_secs(60),
             purge_batch: 1000,
+            write_delay: Duration::from_millis(20),
+            max_unwritten: 1000,
         }
     }
 }

@@ -1,12 +1,13 @@
 //! A relay's claimed tasks: queued for a handler slot, or running.
 
-use std::{
-    collections::{HashMap, VecDeque},
+use std::collections::{HashMap, VecDeque};
+
+use tokio::{
+    task::{Id, JoinError, JoinSet},
     time::Instant,
 };
 
-use tokio::task::{Id, JoinError, JoinSet};
-
+use super::writer::ResultWriter;
 use crate::{
     Record, Store, Worker,
     transition::{self, Completion, Fence},
@@ -18,7 +19,8 @@ pub(super) struct Inflight<S> {
     worker: Worker<S>,
     queue: VecDeque<(Record, Instant)>,
     tasks: JoinSet<Completion>,
-    fences: HashMap<Id, Fence>,
+    /// Each running handler's claim, and when that claim was taken.
+    fences: HashMap<Id, (Fence, Instant)>,
 }
 
 impl<S: Store> Inflight<S> {
@@ -31,14 +33,17 @@ impl<S: Store> Inflight<S> {
         }
     }
 
-    /// Tasks claimed and not started.
-    pub(super) fn queued(&self) -> usize {
-        self.queue.len()
-    }
-
     /// Handlers running.
     pub(super) fn running(&self) -> usize {
         self.tasks.len()
+    }
+
+    /// Handler slots neither running nor promised to a queued task.
+    pub(super) fn free(&self) -> usize {
+        self.worker
+            .config()
+            .concurrency
+            .saturating_sub(self.tasks.len() + self.queue.len())
     }
 
     /// Whether nothing is claimed.
@@ -53,64 +58,75 @@ impl<S: Store> Inflight<S> {
 
     /// Starts queued tasks while handler slots are free. A task whose lease
     /// has less left than the handler timeout is given back unstarted.
-    pub(super) fn start(&mut self, done: &mut Vec<Completion>) {
+    pub(super) fn start(&mut self, writer: &mut ResultWriter) {
         while self.tasks.len() < self.worker.config().concurrency {
             let Some((record, claimed_at)) = self.queue.pop_front() else {
                 return;
             };
             let fence = self.worker.fence(&record);
-            if !self.worker.lease_outlasts_handler(claimed_at) {
-                done.push(transition::release(fence));
+            if !self.worker.lease_outlasts_handler(claimed_at.into_std()) {
+                writer.push(transition::release(fence), self.lease_end(claimed_at));
                 continue;
             }
             let worker = self.worker.clone();
             let handle = self
                 .tasks
                 .spawn(async move { worker.attempt(record).await.0 });
-            self.fences.insert(handle.id(), fence);
+            self.fences.insert(handle.id(), (fence, claimed_at));
         }
     }
 
-    /// Collects the results of handlers that finished, without waiting.
-    pub(super) fn reap(&mut self, done: &mut Vec<Completion>) {
+    /// Hands the results of handlers that finished to `writer`, without waiting.
+    pub(super) fn reap(&mut self, writer: &mut ResultWriter) {
         while let Some(joined) = self.tasks.try_join_next_with_id() {
-            done.extend(self.finish(joined));
+            self.finish(joined, writer);
         }
     }
 
     /// Waits for the next handler to finish (pending forever when none runs).
-    pub(super) async fn next(&mut self) -> Option<Completion> {
+    pub(super) async fn next(&mut self) -> Result<(Id, Completion), JoinError> {
         match self.tasks.join_next_with_id().await {
-            Some(joined) => self.finish(joined),
+            Some(joined) => joined,
             None => std::future::pending().await,
         }
     }
 
     /// Gives back every queued claim.
-    pub(super) fn release_queued(&mut self, done: &mut Vec<Completion>) {
-        while let Some((record, _)) = self.queue.pop_front() {
-            done.push(transition::release(self.worker.fence(&record)));
+    pub(super) fn release_queued(&mut self, writer: &mut ResultWriter) {
+        while let Some((record, claimed_at)) = self.queue.pop_front() {
+            let release = transition::release(self.worker.fence(&record));
+            writer.push(release, self.lease_end(claimed_at));
         }
     }
 
     /// Cuts every running handler and gives its claim back.
-    pub(super) async fn abort(&mut self, done: &mut Vec<Completion>) {
+    pub(super) async fn abort(&mut self, writer: &mut ResultWriter) {
         self.tasks.abort_all();
         while let Some(joined) = self.tasks.join_next_with_id().await {
-            done.extend(self.finish(joined));
+            self.finish(joined, writer);
         }
     }
 
-    /// The completion of a finished handler task, or for one aborted at
-    /// shutdown (handler panics are caught inside the attempt), a release of
-    /// its claim.
-    fn finish(&mut self, joined: Result<(Id, Completion), JoinError>) -> Option<Completion> {
-        match joined {
-            Ok((id, completion)) => {
-                self.fences.remove(&id);
-                Some(completion)
-            }
-            Err(error) => self.fences.remove(&error.id()).map(transition::release),
+    /// Hands `writer` the completion of a finished handler task or, for one
+    /// cut at shutdown (handler panics are caught inside the attempt), the
+    /// claim given back as an interrupted run.
+    pub(super) fn finish(
+        &mut self,
+        joined: Result<(Id, Completion), JoinError>,
+        writer: &mut ResultWriter,
+    ) {
+        let (id, completion) = match joined {
+            Ok((id, completion)) => (id, Some(completion)),
+            Err(error) => (error.id(), None),
+        };
+        if let Some((fence, claimed_at)) = self.fences.remove(&id) {
+            let completion = completion.unwrap_or_else(|| transition::interrupt(fence));
+            writer.push(completion, self.lease_end(claimed_at));
         }
+    }
+
+    /// When a claim taken at `claimed_at` lapses.
+    fn lease_end(&self, claimed_at: Instant) -> Instant {
+        super::later(claimed_at, self.worker.config().lease_duration)
     }
 }

@@ -1,13 +1,15 @@
 //! The background delivery loop: [`Relay`].
 //!
-//! A relay claims due tasks in batches with `SKIP LOCKED`, runs their handlers
-//! as tokio tasks (at most the worker's concurrency at once), writes results
-//! back in batches, and sleeps until the next due time, a wake-up or the poll
+//! A relay claims due tasks in batches with `SKIP LOCKED`, as many as it has
+//! free handler slots, runs their handlers as tokio tasks (at most the
+//! worker's concurrency at once), writes results back in batches within the
+//! write delay, and sleeps until the next due time, a wake-up or the poll
 //! interval. Any number of relays may run, in one process or many, without a
 //! distributed lock: claims never overlap and completion writes are fenced.
 
 mod config;
 mod inflight;
+mod writer;
 
 use std::time::Duration;
 
@@ -17,10 +19,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::RelayConfig;
 
-use self::inflight::Inflight;
-use crate::{
-    BatchRequest, Maintenance, Result, Status, Wakeups, Worker, telemetry, transition::Completion,
-};
+use self::{inflight::Inflight, writer::ResultWriter};
+use crate::{BatchRequest, Maintenance, Result, Status, Wakeups, Worker, telemetry};
 
 /// What one [`Relay::run`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -36,8 +36,15 @@ pub struct RelayReport {
     pub failed: u64,
     /// Tasks found expired and marked failed unsent.
     pub expired: u64,
-    /// Handlers cut at shutdown, their claims given back.
+    /// Claims given back: never started (shut down first, or too little
+    /// lease left) or cut at shutdown.
     pub released: u64,
+    /// Results dropped unwritten because their lease lapsed first, or because
+    /// neither they nor a failure in their place could be written. Their tasks
+    /// are claimed and delivered again.
+    pub dropped: u64,
+    /// The most results that waited for a write at once.
+    pub peak_unwritten: u64,
     /// Finished tasks purged for retention.
     pub purged: u64,
     /// Database errors met and logged (the relay kept going).
@@ -89,57 +96,79 @@ impl<S: Maintenance> Relay<S> {
     /// Database errors never end the loop: they are logged and counted, and
     /// the relay tries again after the poll interval.
     pub async fn run(&self, shutdown: CancellationToken) -> RelayReport {
+        let config = &self.config;
         let mut report = RelayReport::default();
         let mut inflight = Inflight::new(self.worker.clone());
-        let mut done: Vec<Completion> = Vec::new();
+        let mut writer =
+            ResultWriter::new(config.write_delay, config.batch_size, config.poll_interval);
         let mut wakeups = self.subscribe(&mut report).await;
         let mut next_purge = Instant::now();
-        let mut resubscribe_at = Instant::now() + self.config.purge_interval;
-        // Claim a full batch whenever fewer than half a batch wait for a
-        // handler: at the first pass, after a sleep or a wake-up, and while
-        // the last claim came back full (a backlog remains).
-        let threshold = self.config.batch_size.div_ceil(2);
+        let mut resubscribe_at = later(Instant::now(), config.purge_interval);
+        // A claim takes only as many tasks as there are free handler slots,
+        // so no claim waits in a queue while its lease runs down. While a
+        // backlog remains, claim again once half the slots are free, so
+        // claims stay batched; after a sleep or a wake-up, claim whatever is free.
+        let slots = config.batch_size.min(self.worker.config().concurrency);
+        let threshold = slots.div_ceil(2);
+        // Claim at once; afterwards when the poll timer or a wake-up says so,
+        // or when handler slots free up under a backlog.
         let mut claim_now = true;
         let mut more = false;
+        let mut poll_at: Option<Instant> = None;
         while !shutdown.is_cancelled() {
             if Instant::now() >= next_purge {
                 self.maintain(&mut report).await;
-                next_purge = Instant::now() + self.config.purge_interval;
+                next_purge = later(Instant::now(), config.purge_interval);
             }
             if wakeups.is_none() && Instant::now() >= resubscribe_at {
                 wakeups = self.subscribe(&mut report).await;
-                resubscribe_at = Instant::now() + self.config.purge_interval;
+                resubscribe_at = later(Instant::now(), config.purge_interval);
             }
-            inflight.reap(&mut done);
-            inflight.start(&mut done);
-            let mut failed_claim = false;
-            if (claim_now || more) && inflight.queued() < threshold {
+            inflight.reap(&mut writer);
+            inflight.start(&mut writer);
+            if writer.is_due() {
+                writer.flush(&self.worker, &mut report).await;
+            }
+            let free = inflight.free();
+            let backpressure = writer.len() >= config.max_unwritten;
+            if (claim_now || (more && free >= threshold)) && free > 0 && !backpressure {
                 claim_now = false;
-                match self.claim(&mut inflight, &mut report).await {
-                    Ok(full) => more = full,
-                    Err(()) => (more, failed_claim) = (false, true),
-                }
-                inflight.start(&mut done);
+                let claimed = self
+                    .claim(free.min(config.batch_size), &mut inflight, &mut report)
+                    .await;
+                inflight.start(&mut writer);
+                more = claimed == Ok(true);
+                // The poll timer restarts only after a claim, so handlers
+                // finishing all the time never hold the next poll back.
+                let delay = match claimed {
+                    Ok(true) => None, // a backlog: claim again as slots free up
+                    Err(()) => Some(config.poll_interval),
+                    Ok(false) if !inflight.is_empty() => Some(config.poll_interval),
+                    Ok(false) => Some(self.idle_delay(&mut report).await),
+                };
+                poll_at = delay.map(|delay| later(Instant::now(), delay));
             }
-            if done.len() >= self.config.batch_size || (inflight.is_empty() && !done.is_empty()) {
-                self.write(&mut done, &mut report).await;
+            if inflight.is_empty() && writer.len() > 0 && !writer.is_retrying() {
+                // Nothing runs that a later write could share a statement with.
+                writer.flush(&self.worker, &mut report).await;
+                // What was written may be due again soon (a retry): claim, and
+                // so learn how long to sleep, instead of waiting for the poll.
+                claim_now = true;
             }
-            if more && inflight.queued() < threshold {
-                continue;
-            }
-            let sleep = if more {
-                Duration::MAX // wait for handlers to take queued tasks
-            } else if failed_claim || !inflight.is_empty() {
-                self.config.poll_interval
-            } else {
-                self.idle_delay(&mut report).await
-            };
+            report.peak_unwritten = report.peak_unwritten.max(writer.len() as u64);
+            let write_at = writer.deadline();
             tokio::select! {
                 biased;
                 () = shutdown.cancelled() => {}
-                joined = inflight.next(), if inflight.running() > 0 => done.extend(joined),
-                () = sleep_for(sleep), if !more => claim_now = true,
-                woken = next_wakeup(&mut wakeups), if !more => {
+                joined = inflight.next(), if inflight.running() > 0 => {
+                    inflight.finish(joined, &mut writer);
+                }
+                () = sleep_until(write_at) => {}
+                () = sleep_until(poll_at), if !claim_now => {
+                    claim_now = true;
+                    poll_at = None;
+                }
+                woken = next_wakeup(&mut wakeups), if !claim_now && !more => {
                     claim_now = true;
                     if woken.is_none() {
                         tracing::warn!("relay lost its wake-up stream; polling until it resubscribes");
@@ -148,25 +177,27 @@ impl<S: Maintenance> Relay<S> {
                 }
             }
         }
-        self.drain(inflight, &mut done).await;
-        self.write(&mut done, &mut report).await;
+        self.drain(inflight, &mut writer).await;
+        writer.flush(&self.worker, &mut report).await;
+        report.peak_unwritten = report.peak_unwritten.max(writer.len() as u64);
         report
     }
 
-    /// Claims a batch of due tasks into the queue. `Ok(true)` when the claim
-    /// came back full (more may be due).
+    /// Claims up to `limit` due tasks into the queue. `Ok(true)` when the
+    /// claim came back full (more may be due).
     async fn claim(
         &self,
+        limit: usize,
         inflight: &mut Inflight<S>,
         report: &mut RelayReport,
     ) -> Result<bool, ()> {
         let request = BatchRequest {
             lease: self.worker.lease_request(),
-            limit: self.config.batch_size,
+            limit,
             after: None,
             due_by: None,
         };
-        let claimed_at = std::time::Instant::now();
+        let claimed_at = Instant::now();
         let records = match self.worker.store().claim_due(&request).await {
             Ok(records) => records,
             Err(error) => {
@@ -188,46 +219,22 @@ impl<S: Maintenance> Relay<S> {
         Ok(full)
     }
 
-    /// Writes the collected results (fenced); on a database error they are
-    /// kept and written with the next batch.
-    async fn write(&self, done: &mut Vec<Completion>, report: &mut RelayReport) {
-        if done.is_empty() {
-            return;
-        }
-        match self.worker.write(done).await {
-            Ok(_) => {
-                for completion in done.drain(..) {
-                    match (completion.status, &completion.last_error) {
-                        (Status::Succeeded, _) => report.succeeded += 1,
-                        (Status::Failed, _) => report.failed += 1,
-                        (Status::Pending, Some(_)) => report.retried += 1,
-                        (Status::Pending, None) => report.released += 1,
-                    }
-                }
-            }
-            Err(error) => {
-                report.errors += 1;
-                tracing::warn!(%error, pending = done.len(), "relay could not write results; will retry");
-            }
-        }
-    }
-
     /// After shutdown: gives back claims not started yet, waits for running
     /// handlers up to the deadline, then cuts the rest and gives their claims
     /// back too.
-    async fn drain(&self, mut inflight: Inflight<S>, done: &mut Vec<Completion>) {
-        inflight.release_queued(done);
-        let deadline = tokio::time::sleep(self.config.shutdown_timeout);
+    async fn drain(&self, mut inflight: Inflight<S>, writer: &mut ResultWriter) {
+        inflight.release_queued(writer);
+        let deadline = sleep_for(self.config.shutdown_timeout);
         tokio::pin!(deadline);
         while inflight.running() > 0 {
             tokio::select! {
-                joined = inflight.next() => done.extend(joined),
+                joined = inflight.next() => inflight.finish(joined, writer),
                 () = &mut deadline => {
                     tracing::warn!(
                         cut = inflight.running(),
                         "relay shut down with handlers still running; their claims are given back"
                     );
-                    inflight.abort(done).await;
+                    inflight.abort(writer).await;
                     return;
                 }
             }
@@ -290,6 +297,22 @@ async fn sleep_for(duration: Duration) {
         Some(until) => tokio::time::sleep_until(until).await,
         None => std::future::pending().await,
     }
+}
+
+/// Sleeps until `at`; forever when there is no such instant.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// `at + duration`, or a year after `at` when that is past what an
+/// `Instant` can hold (settings are bounded far below that).
+fn later(at: Instant, duration: Duration) -> Instant {
+    at.checked_add(duration)
+        .or_else(|| at.checked_add(Duration::from_secs(365 * 24 * 3600)))
+        .unwrap_or(at)
 }
 
 /// The next wake-up, or never when there is no stream; `None` when it ended.

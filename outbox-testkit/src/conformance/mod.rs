@@ -20,6 +20,7 @@ mod input;
 mod leases;
 mod migrations;
 mod ordering;
+mod pipeline;
 pub mod relay;
 mod rounds;
 mod send;
@@ -34,11 +35,12 @@ pub use input::*;
 pub use leases::*;
 pub use migrations::*;
 pub use ordering::*;
+pub use pipeline::*;
 pub use relay::{
     ordering_keys_hold_under_random_failures, purge_keeps_pending_and_recent_rows,
-    relay_wakes_for_the_next_due_retry, shutdown_deadline_gives_claims_back,
-    shutdown_gives_back_claims_never_started, shutdown_waits_for_running_handlers,
-    stats_and_requeue, three_relays_deliver_each_task_once,
+    relay_claims_only_what_it_can_start, relay_wakes_for_the_next_due_retry,
+    shutdown_deadline_gives_claims_back, shutdown_waits_for_running_handlers, stats_and_requeue,
+    three_relays_deliver_each_task_once,
 };
 pub use rounds::*;
 pub use send::*;
@@ -85,7 +87,7 @@ macro_rules! conformance_tests {
             ordering_keys_hold_under_random_failures,
             shutdown_waits_for_running_handlers,
             shutdown_deadline_gives_claims_back,
-            shutdown_gives_back_claims_never_started,
+            relay_claims_only_what_it_can_start,
             purge_keeps_pending_and_recent_rows,
             stats_and_requeue,
             relay_wakes_for_the_next_due_retry,
@@ -98,6 +100,13 @@ macro_rules! conformance_tests {
             transaction_sends_after_commit,
             transaction_failure_writes_and_sends_nothing,
             testkit_assertions_see_what_was_enqueued_and_delivered,
+            trickle_runs_each_handler_once_and_writes_promptly,
+            poisoned_error_text_is_stored_and_neighbours_succeed,
+            a_refused_result_is_isolated_and_recorded,
+            an_unreadable_row_fails_alone,
+            claims_never_spend_attempts_unrun,
+            a_released_claim_is_not_a_run,
+            a_burst_of_send_async_stays_within_concurrency,
         );
         $crate::conformance_tests!(@each $backend, (flavor = "current_thread");
             migrations_are_idempotent_and_reversible,

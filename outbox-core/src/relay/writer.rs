@@ -1,0 +1,143 @@
+//! A relay's finished results on their way back to the table.
+//!
+//! Results wait here at most the relay's `write_delay` (or until a batch has
+//! piled up), so a finished task never stays leased until its lease lapses
+//! and is delivered again. A result whose lease has lapsed is dropped: the
+//! task is already claimable by others, and its fence would refuse the write.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::RelayReport;
+use crate::{
+    Status, Store, Worker, telemetry,
+    transition::{Completion, INTERRUPTED_ERROR},
+};
+
+/// One result waiting for its write.
+struct Unwritten {
+    completion: Completion,
+    /// When the claim it belongs to lapses.
+    lease_ends: Instant,
+}
+
+/// The results a relay has not written yet, oldest first.
+pub(super) struct ResultWriter {
+    unwritten: Vec<Unwritten>,
+    /// When the oldest unwritten result arrived.
+    oldest: Option<Instant>,
+    /// After a write failed for a passing fault: when to try again.
+    retry_at: Option<Instant>,
+    delay: Duration,
+    batch_size: usize,
+    retry_delay: Duration,
+}
+
+impl ResultWriter {
+    /// Results wait at most `delay`, or until `batch_size` have piled up;
+    /// after a failed write, the next try comes `retry_delay` later.
+    pub(super) fn new(delay: Duration, batch_size: usize, retry_delay: Duration) -> Self {
+        Self {
+            unwritten: Vec::new(),
+            oldest: None,
+            retry_at: None,
+            delay,
+            batch_size,
+            retry_delay,
+        }
+    }
+
+    /// Whether the last write failed and its retry is not due yet.
+    pub(super) fn is_retrying(&self) -> bool {
+        self.retry_at.is_some_and(|at| at > Instant::now())
+    }
+
+    /// Results waiting for a write.
+    pub(super) fn len(&self) -> usize {
+        self.unwritten.len()
+    }
+
+    /// Adds a result whose claim lapses at `lease_ends`.
+    pub(super) fn push(&mut self, completion: Completion, lease_ends: Instant) {
+        self.oldest.get_or_insert_with(Instant::now);
+        self.unwritten.push(Unwritten {
+            completion,
+            lease_ends,
+        });
+        telemetry::unwritten(self.unwritten.len());
+    }
+
+    /// When the results must be written: at once when a batch has piled up,
+    /// else when the oldest has waited `write_delay`; `None` when empty.
+    pub(super) fn deadline(&self) -> Option<Instant> {
+        let oldest = self.oldest?;
+        if let Some(at) = self.retry_at {
+            return Some(at);
+        }
+        if self.unwritten.len() >= self.batch_size {
+            return Some(oldest);
+        }
+        Some(super::later(oldest, self.delay))
+    }
+
+    /// Whether the results are due for their write now.
+    pub(super) fn is_due(&self) -> bool {
+        self.deadline().is_some_and(|at| at <= Instant::now())
+    }
+
+    /// Writes every result, `batch_size` per statement. Results whose lease
+    /// lapsed are dropped; a batch refused for what it holds (not for a
+    /// passing fault) is split to isolate the rows that cannot be written,
+    /// and each of those is recorded as a failure of its task instead. What a
+    /// passing fault (connection lost, pool timeout) kept from being written
+    /// stays for the next call.
+    pub(super) async fn flush<S: Store>(&mut self, worker: &Worker<S>, report: &mut RelayReport) {
+        let now = Instant::now();
+        let before = self.unwritten.len();
+        self.unwritten.retain(|result| result.lease_ends > now);
+        let lapsed = before - self.unwritten.len();
+        if lapsed > 0 {
+            report.dropped += lapsed as u64;
+            tracing::warn!(
+                lapsed,
+                "relay dropped results whose lease lapsed before they could be written"
+            );
+        }
+        let mut kept = Vec::new();
+        let pending = std::mem::take(&mut self.unwritten);
+        let mut rest = pending.into_iter().peekable();
+        while rest.peek().is_some() {
+            let batch: Vec<Unwritten> = rest.by_ref().take(self.batch_size).collect();
+            let completions: Vec<Completion> = batch.iter().map(|u| u.completion.clone()).collect();
+            match worker.write_results(&completions).await {
+                Ok(written) => {
+                    for completion in &written.written {
+                        count(report, completion);
+                    }
+                    report.dropped += written.dropped;
+                }
+                Err(error) => {
+                    report.errors += 1;
+                    tracing::warn!(%error, pending = batch.len(), "relay could not write results; will retry");
+                    kept.extend(batch);
+                }
+            }
+        }
+        self.unwritten = kept;
+        self.oldest = (!self.unwritten.is_empty()).then(Instant::now);
+        self.retry_at = self.oldest.map(|now| super::later(now, self.retry_delay));
+        telemetry::unwritten(self.unwritten.len());
+    }
+}
+
+/// Counts a written result in the report.
+fn count(report: &mut RelayReport, completion: &Completion) {
+    let interrupted = completion.last_error.as_deref() == Some(INTERRUPTED_ERROR);
+    match completion.status {
+        Status::Succeeded => report.succeeded += 1,
+        Status::Failed => report.failed += 1,
+        Status::Pending if completion.released || interrupted => report.released += 1,
+        Status::Pending => report.retried += 1,
+    }
+}

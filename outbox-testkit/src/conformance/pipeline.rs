@@ -1,0 +1,406 @@
+//! The delivery pipeline under ordinary production conditions: a steady
+//! trickle, poisoned text, rows other programs wrote, few handler slots, and
+//! bursts of `send_async`.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use chrono::{DateTime, Utc};
+use outbox_core::{
+    BatchRequest, CancellationToken, Delivery, Error, HandlerError, Relay, RelayConfig,
+    RelayReport, Status, Store, TaskId, handler_fn,
+    transition::{self, Completion, Fence},
+};
+
+use super::support::{KIND, config, enqueue_committed, enqueue_one, get, registry, task, worker};
+use crate::{TestBackend, handler, wait::eventually};
+
+/// Per task id: when each handler call ended (wall clock).
+#[derive(Clone, Default)]
+struct Calls(Arc<Mutex<HashMap<TaskId, Vec<DateTime<Utc>>>>>);
+
+impl Calls {
+    fn record(&self, id: TaskId) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(id)
+            .or_default()
+            .push(Utc::now());
+    }
+
+    fn snapshot(&self) -> HashMap<TaskId, Vec<DateTime<Utc>>> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Runs `relay` until `done` holds, then shuts it down and returns its report.
+async fn run_until<S: outbox_core::Maintenance>(
+    relay: Relay<S>,
+    done: impl AsyncFn() -> anyhow::Result<bool>,
+) -> anyhow::Result<RelayReport> {
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { relay.run(shutdown).await }
+    });
+    let waited = eventually(done).await;
+    shutdown.cancel();
+    let report = running.await?;
+    waited?;
+    Ok(report)
+}
+
+/// How many tasks have `status`.
+async fn count_status<B: TestBackend>(db: &B, status: Status) -> anyhow::Result<usize> {
+    let n = db
+        .count(&format!(
+            "outbox_tasks WHERE status = '{}'",
+            status.as_str()
+        ))
+        .await?;
+    Ok(usize::try_from(n)?)
+}
+
+/// One relay with default settings, one task every 200 ms for 20 s, each
+/// handler taking 1.5 s, so handlers always overlap and a batch never fills:
+/// every handler runs exactly once, and every result reaches the table
+/// within the write delay (plus a generous margin for a loaded machine) of
+/// its handler's end, long before the lease lapses.
+pub async fn trickle_runs_each_handler_once_and_writes_promptly<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    let calls = Calls::default();
+    let handler = handler_fn({
+        let calls = calls.clone();
+        move |delivery: Delivery| {
+            let calls = calls.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                calls.record(delivery.id);
+                Ok::<(), HandlerError>(())
+            }
+        }
+    });
+    // Default timeouts, lease and concurrency; only the owner is named.
+    let worker = worker(db, registry(handler)?, config("trickle"))?;
+    let relay = Relay::new(worker, RelayConfig::default())?;
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { relay.run(shutdown).await }
+    });
+    let mut ids = Vec::new();
+    let mut ticks = tokio::time::interval(Duration::from_millis(200));
+    for n in 0..100 {
+        ticks.tick().await;
+        ids.push(enqueue_one(db, task(n)).await?);
+    }
+    let waited =
+        eventually(async || Ok(count_status(db, Status::Succeeded).await? == ids.len())).await;
+    shutdown.cancel();
+    let report = running.await?;
+    waited?;
+
+    let calls = calls.snapshot();
+    let margin = chrono::TimeDelta::milliseconds(500);
+    for id in &ids {
+        let ends = calls.get(id).cloned().unwrap_or_default();
+        assert_eq!(ends.len(), 1, "task {id} ran {} times", ends.len());
+        let finished = get(db, *id)
+            .await?
+            .finished_at
+            .context("a succeeded task has finished_at")?;
+        let waited = finished - ends[0];
+        assert!(
+            waited <= margin,
+            "task {id}: its result reached the table {waited} after the handler ended"
+        );
+    }
+    assert_eq!(report.succeeded, 100, "{report:?}");
+    assert_eq!(report.dropped, 0, "{report:?}");
+    Ok(())
+}
+
+/// Handler errors holding NUL and text decoded from invalid UTF-8 are stored
+/// readably, and the tasks claimed beside them succeed; the relay's unwritten
+/// results stay bounded.
+pub async fn poisoned_error_text_is_stored_and_neighbours_succeed<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    let handler = handler_fn(|delivery: Delivery| async move {
+        match delivery.json::<serde_json::Value>()?["order"].as_u64() {
+            Some(0) => Err(HandlerError::permanent(anyhow::anyhow!("bad\0byte"))),
+            Some(1) => Err(HandlerError::permanent(anyhow::anyhow!(
+                "{}",
+                String::from_utf8_lossy(b"broker said \xff\xfe")
+            ))),
+            _ => Ok(()),
+        }
+    });
+    let worker = worker(db, registry(handler)?, config("poison"))?;
+    let relay = Relay::new(worker, RelayConfig::default())?;
+    let ids = enqueue_committed(db, (0..6).map(task).collect()).await?;
+    let report = run_until(relay, async || {
+        Ok(count_status(db, Status::Pending).await? == 0)
+    })
+    .await?;
+
+    let nul = get(db, ids[0]).await?;
+    assert_eq!(nul.status, Status::Failed);
+    assert_eq!(nul.last_error, "bad\\0byte");
+    let lossy = get(db, ids[1]).await?;
+    assert_eq!(lossy.status, Status::Failed);
+    assert_eq!(lossy.last_error, "broker said \u{fffd}\u{fffd}");
+    assert_eq!(count_status(db, Status::Succeeded).await?, 4);
+    assert_eq!(
+        (report.succeeded, report.failed, report.errors),
+        (4, 2, 0),
+        "{report:?}"
+    );
+    assert!(report.peak_unwritten <= 6, "{report:?}");
+    Ok(())
+}
+
+/// A result the database refuses (here: a retry time past what it can store)
+/// is isolated: the results beside it in the same write apply, and the
+/// refused one is recorded as a failure of its task.
+pub async fn a_refused_result_is_isolated_and_recorded<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    let (mock, _handle) = handler::recording();
+    let worker = worker(db, registry(mock)?, config("isolating"))?;
+    let ids = enqueue_committed(db, (0..5).map(task).collect()).await?;
+    let claimed = db
+        .store()
+        .claim_due(&BatchRequest {
+            lease: outbox_core::LeaseRequest {
+                owner: "isolating".into(),
+                duration: Duration::from_secs(30),
+            },
+            limit: 5,
+            after: None,
+            due_by: None,
+        })
+        .await?;
+    assert_eq!(claimed.len(), 5);
+    let fence = |i: usize| Fence {
+        id: claimed[i].id,
+        owner: "isolating".into(),
+        attempt: claimed[i].attempts,
+    };
+    let policy = outbox_core::RetryPolicy::default();
+    let mut completions: Vec<Completion> = (0..5)
+        .map(|i| transition::decide(fence(i), 1, None, transition::Outcome::Succeeded, &policy))
+        .collect();
+    // About 292,000 years from now: past what PostgreSQL (year 294276) and
+    // MariaDB (year 9999) can store.
+    completions[2] = Completion {
+        retry_in: Some(Duration::MAX),
+        ..transition::decide(
+            fence(2),
+            1,
+            None,
+            transition::Outcome::Retryable("x".into()),
+            &policy,
+        )
+    };
+    let report = worker.write_results(&completions).await?;
+    assert_eq!(report.applied, 5, "{report:?}");
+    assert_eq!(report.dropped, 0);
+    for (i, id) in ids.iter().enumerate() {
+        let record = get(db, *id).await?;
+        if i == 2 {
+            assert_eq!(record.status, Status::Failed);
+            assert!(
+                record
+                    .last_error
+                    .starts_with("the attempt's result could not be written"),
+                "{}",
+                record.last_error
+            );
+        } else {
+            assert_eq!(record.status, Status::Succeeded, "task {i}");
+        }
+    }
+    Ok(())
+}
+
+/// A row another program wrote with headers that are not a string map is
+/// failed with the reason, and the good tasks around it are delivered.
+pub async fn an_unreadable_row_fails_alone<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let (mock, handle) = handler::recording();
+    let worker = worker(db, registry(mock)?, config("reader"))?;
+    let mut ids = enqueue_committed(db, vec![task(1)]).await?;
+    db.execute_sql(&format!(
+        "INSERT INTO outbox_tasks (kind, version, payload, headers, next_attempt_at, \
+         last_error, created_at, updated_at) VALUES ('{KIND}', 1, '{{}}', '{{\"retries\": 3}}', \
+         CURRENT_TIMESTAMP, '', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+    ))
+    .await?;
+    ids.extend(enqueue_committed(db, vec![task(2), task(3)]).await?);
+    let bad = TaskId::new(ids[0].get() + 1);
+
+    let round = worker.retry_pending(10).await?;
+    assert_eq!(round.succeeded, 3, "{round:?}");
+    let mut delivered = handle.succeeded_ids();
+    delivered.sort();
+    assert_eq!(delivered, ids);
+    let record = db.store().get(bad).await;
+    // Reading it back fails the same way, naming the column.
+    match record {
+        Err(Error::Corrupt { field, .. }) => assert_eq!(field, "headers"),
+        other => panic!("reading the bad row gave {other:?}"),
+    }
+    assert_eq!(unreadable_status(db, bad).await?, "failed");
+
+    // `send` of such a row reports it failed instead of erroring forever.
+    let second = enqueue_one(db, task(4)).await?;
+    db.execute_sql(&format!(
+        "UPDATE outbox_tasks SET headers = '{{\"retries\": 3}}' WHERE id = {}",
+        second.get()
+    ))
+    .await?;
+    assert!(matches!(worker.send(second).await, Err(Error::Failed(id)) if id == second));
+    assert_eq!(unreadable_status(db, second).await?, "failed");
+    Ok(())
+}
+
+/// The status column of a row that cannot be decoded into a record.
+async fn unreadable_status<B: TestBackend>(db: &B, id: TaskId) -> anyhow::Result<String> {
+    let failed = db
+        .count(&format!(
+            "outbox_tasks WHERE id = {} AND status = 'failed' AND last_error LIKE 'stored row is unreadable: %headers%'",
+            id.get()
+        ))
+        .await?;
+    Ok(if failed == 1 {
+        "failed".into()
+    } else {
+        "not failed with the reason".into()
+    })
+}
+
+/// Concurrency 2, 12 tasks, three attempts each, a handler that always fails:
+/// every task's handler runs exactly three times before the task fails, so
+/// no claim the relay could not start yet was counted as an attempt.
+pub async fn claims_never_spend_attempts_unrun<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let (mock, handle) = handler::failing(usize::MAX);
+    let mut two_slots = config("two-slots");
+    two_slots.concurrency = 2;
+    let worker = worker(db, registry(mock)?, two_slots)?;
+    let relay = Relay::new(worker, RelayConfig::default())?;
+    let ids = enqueue_committed(db, (0..12).map(|n| task(n).max_attempts(3)).collect()).await?;
+    run_until(relay, async || {
+        Ok(count_status(db, Status::Failed).await? == ids.len())
+    })
+    .await?;
+    let mut runs: HashMap<TaskId, usize> = HashMap::new();
+    for delivery in handle.deliveries() {
+        *runs.entry(delivery.id).or_default() += 1;
+    }
+    for id in &ids {
+        assert_eq!(runs.get(id), Some(&3), "task {id}");
+        let record = get(db, *id).await?;
+        assert_eq!(record.runs(), 3, "{record:?}");
+        assert!(
+            record.last_error.starts_with("gave up after 3 attempts"),
+            "{}",
+            record.last_error
+        );
+    }
+    Ok(())
+}
+
+/// A claim given back unstarted is not a run: the next delivery is attempt 1.
+pub async fn a_released_claim_is_not_a_run<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let (mock, handle) = handler::recording();
+    let worker = worker(db, registry(mock)?, config("releaser"))?;
+    let id = enqueue_one(db, task(1).max_attempts(1)).await?;
+    let outbox_core::ClaimOutcome::Claimed(record) = db
+        .store()
+        .claim(
+            id,
+            &outbox_core::LeaseRequest {
+                owner: "releaser".into(),
+                duration: Duration::from_secs(30),
+            },
+        )
+        .await?
+    else {
+        anyhow::bail!("a fresh task is claimable");
+    };
+    let release = transition::release(Fence {
+        id,
+        owner: "releaser".into(),
+        attempt: record.attempts,
+    });
+    assert_eq!(db.store().complete(&[release]).await?, 1);
+    worker.send(id).await?;
+    assert_eq!(handle.deliveries()[0].attempt, 1);
+    let record = get(db, id).await?;
+    assert_eq!((record.attempts, record.released, record.runs()), (2, 1, 1));
+    Ok(())
+}
+
+/// 1,000 `send_async` calls at once on a pool of 4 connections: no handle
+/// reports a database error, at most `concurrency` sends run at once, the
+/// rest are left to the relay, and every task is delivered exactly once.
+pub async fn a_burst_of_send_async_stays_within_concurrency<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    let running = Arc::new(Mutex::new((0usize, 0usize))); // (now, most)
+    let calls = Calls::default();
+    let handler = handler_fn({
+        let (running, calls) = (running.clone(), calls.clone());
+        move |delivery: Delivery| {
+            let (running, calls) = (running.clone(), calls.clone());
+            async move {
+                {
+                    let mut r = running.lock().unwrap_or_else(PoisonError::into_inner);
+                    r.0 += 1;
+                    r.1 = r.1.max(r.0);
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                running.lock().unwrap_or_else(PoisonError::into_inner).0 -= 1;
+                calls.record(delivery.id);
+                Ok::<(), HandlerError>(())
+            }
+        }
+    });
+    let store = db.store_with_pool(4)?;
+    let mut eight = config("burst");
+    eight.concurrency = 8;
+    let worker = outbox_core::Worker::with_config(store, registry(handler)?, eight)?;
+    let ids = enqueue_committed(db, (0..1000).map(task).collect()).await?;
+    let handles: Vec<_> = ids.iter().map(|id| worker.send_async(*id)).collect();
+    let mut deferred = 0;
+    for handle in handles {
+        match handle.await? {
+            Ok(()) => {}
+            Err(Error::Deferred(_)) => deferred += 1,
+            Err(error) => panic!("send_async failed: {error:#}"),
+        }
+    }
+    worker.wait_idle().await;
+    assert!(
+        deferred > 0,
+        "a burst beyond concurrency is left to the relay"
+    );
+    let relay = Relay::new(worker, RelayConfig::default())?;
+    run_until(relay, async || Ok(calls.snapshot().len() == ids.len())).await?;
+    let calls = calls.snapshot();
+    for id in &ids {
+        assert_eq!(calls.get(id).map(Vec::len), Some(1), "task {id}");
+    }
+    let most = running.lock().unwrap_or_else(PoisonError::into_inner).1;
+    assert!(most <= 8, "{most} handlers ran at once with concurrency 8");
+    Ok(())
+}
