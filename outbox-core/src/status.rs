@@ -2,7 +2,7 @@
 
 use std::{fmt, str::FromStr};
 
-/// Where a task is in its life (DESIGN §4).
+/// Where a task is in its life (see docs/semantics.md).
 ///
 /// "In flight" is not a status of its own: it is `Pending` with a live lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -20,7 +20,7 @@ pub type Headers = BTreeMap<String, String>;
 ///
 /// Built with [`Task::new`] (raw bytes) or [`Task::json`] (a serde value), then
 /// refined with the builder methods. Nothing is checked until it is enqueued,
-/// where every bound of DESIGN §7 is enforced (see [`Task::validate`]).
+/// where every bound in [`limits`](crate::limits) is enforced (see [`Task::validate`]).
 ///
 /// ```
 /// use outbox_core::Task;
@@ -126,7 +126,7 @@ impl Task {
         self
     }
 
-    /// Checks every bound of DESIGN §7; the error names the first bad field.
+    /// Checks every bound in [`limits`](crate::limits); the error names the first bad field.
     ///
     /// Backends call this before writing, and add their own range checks for
     /// timestamps.
