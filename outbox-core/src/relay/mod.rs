@@ -73,7 +73,7 @@ pub struct Relay<S> {
 impl<S: Maintenance> Relay<S> {
     /// A relay sending through `worker` (its store, handlers and settings).
     pub fn new(worker: Worker<S>, config: RelayConfig) -> Result<Self> {
-        config.validate()?;
+        config.validate_with(worker.config())?;
         Ok(Self { worker, config })
     }
 
