@@ -13,6 +13,7 @@
 
 mod assertions;
 mod async_send;
+mod bounds;
 pub mod crash;
 mod delivery;
 mod enqueue;
@@ -28,6 +29,7 @@ mod transaction;
 
 pub use assertions::*;
 pub use async_send::*;
+pub use bounds::*;
 pub use delivery::*;
 pub use enqueue::*;
 pub use input::*;
@@ -98,6 +100,9 @@ macro_rules! conformance_tests {
             transaction_sends_after_commit,
             transaction_failure_writes_and_sends_nothing,
             testkit_assertions_see_what_was_enqueued_and_delivered,
+            longest_durations_work_end_to_end,
+            a_relay_at_its_bounds_runs_without_errors,
+            a_round_of_the_largest_batch_writes_every_result,
         );
         $crate::conformance_tests!(@each $backend, (flavor = "current_thread");
             migrations_are_idempotent_and_reversible,
