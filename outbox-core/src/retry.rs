@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::{Error, Result};
+use crate::{Error, Result, limits::MAX_DURATION};
 
 /// Exponential backoff with a cap and jitter.
 ///
@@ -42,8 +42,29 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// A policy with the given first delay, largest delay and jitter fraction.
     ///
-    /// `base` must be at most `cap`, and `jitter` within `0.0..=1.0`.
+    /// `cap` must be at most [`MAX_DURATION`] (100 years: the delay is added
+    /// to the database clock), `base` at most `cap`, and `jitter` within
+    /// `0.0..=1.0`; [`Error::Config`] names `retry.cap`, `retry.base` or
+    /// `retry.jitter` otherwise.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use outbox_core::{RetryPolicy, limits::MAX_DURATION};
+    ///
+    /// assert!(RetryPolicy::new(Duration::from_secs(1), MAX_DURATION, 0.2).is_ok());
+    /// let refused = RetryPolicy::new(Duration::from_secs(1), MAX_DURATION * 2, 0.2);
+    /// assert_eq!(refused.unwrap_err().field(), Some("retry.cap"));
+    /// ```
     pub fn new(base: Duration, cap: Duration, jitter: f64) -> Result<Self> {
+        if cap > MAX_DURATION {
+            return Err(Error::Config {
+                field: "retry.cap",
+                reason: format!(
+                    "{cap:?} exceeds {MAX_DURATION:?} (100 years), the longest delay \
+                     the databases' time arithmetic represents"
+                ),
+            });
+        }
         if base > cap {
             return Err(Error::Config {
                 field: "retry.base",
@@ -125,6 +146,13 @@ mod tests {
         let err = RetryPolicy::new(Duration::ZERO, Duration::from_secs(1), 1.5)
             .expect_err("jitter above one");
         assert_eq!(err.field(), Some("retry.jitter"));
+        let err = RetryPolicy::new(Duration::ZERO, MAX_DURATION + Duration::from_micros(1), 0.1)
+            .expect_err("cap above the bound");
+        assert_eq!(err.field(), Some("retry.cap"));
+        let err = RetryPolicy::new(MAX_DURATION * 2, MAX_DURATION, 0.1)
+            .expect_err("base above the bounded cap");
+        assert_eq!(err.field(), Some("retry.base"));
+        RetryPolicy::new(MAX_DURATION, MAX_DURATION, 0.1).expect("the bound itself is allowed");
     }
 
     proptest! {

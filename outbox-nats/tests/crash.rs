@@ -50,16 +50,11 @@ fn relay(store: PgStore, handler: impl Handler, owner: &str) -> anyhow::Result<R
     let registry = Registry::builder()
         .handler("order.created", 1, handler)
         .build()?;
-    let config = WorkerConfig {
-        handler_timeout: Duration::from_millis(500),
-        lease_duration: Duration::from_secs(2),
-        owner: owner.to_owned(),
-        ..WorkerConfig::default()
-    };
-    let relay_config = RelayConfig {
-        poll_interval: Duration::from_millis(50),
-        ..RelayConfig::default()
-    };
+    let config = WorkerConfig::default()
+        .handler_timeout(Duration::from_millis(500))
+        .lease_duration(Duration::from_secs(2))
+        .owner(owner);
+    let relay_config = RelayConfig::default().poll_interval(Duration::from_millis(50));
     Ok(Relay::new(
         Worker::with_config(store, registry, config)?,
         relay_config,

@@ -26,11 +26,10 @@ fn worker(db: &PgTestDb, publisher: &JetStreamPublisher) -> Worker<PgStore> {
         .register(Registry::builder())
         .build()
         .expect("registry");
-    let config = WorkerConfig {
-        retry: RetryPolicy::new(std::time::Duration::ZERO, std::time::Duration::ZERO, 0.0)
+    let config = WorkerConfig::default().retry(
+        RetryPolicy::new(std::time::Duration::ZERO, std::time::Duration::ZERO, 0.0)
             .expect("policy"),
-        ..WorkerConfig::default()
-    };
+    );
     Worker::with_config(db.store().clone(), registry, config).expect("worker")
 }
 

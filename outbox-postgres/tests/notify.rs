@@ -23,10 +23,7 @@ async fn notify_wakes_the_relay_long_before_its_poll() {
         .build()
         .expect("registry");
     let worker = Worker::new(store.clone(), registry).expect("worker");
-    let config = RelayConfig {
-        poll_interval: Duration::from_secs(10),
-        ..RelayConfig::default()
-    };
+    let config = RelayConfig::default().poll_interval(Duration::from_secs(10));
     let relay = Relay::new(worker, config).expect("relay");
     let shutdown = CancellationToken::new();
     let running = tokio::spawn({

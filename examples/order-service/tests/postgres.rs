@@ -180,10 +180,8 @@ async fn the_handler_sees_the_order_committed() {
 async fn a_failed_send_is_delivered_by_the_next_round() {
     let db = orders_db("failed_send_is_retried").await;
     let (mock, handle) = handler::failing(1);
-    let config = WorkerConfig {
-        retry: RetryPolicy::new(Duration::ZERO, Duration::ZERO, 0.0).expect("policy"),
-        ..WorkerConfig::default()
-    };
+    let config = WorkerConfig::default()
+        .retry(RetryPolicy::new(Duration::ZERO, Duration::ZERO, 0.0).expect("policy"));
     let worker = Worker::with_config(
         db.store().clone(),
         registry(mock).expect("registry"),

@@ -80,7 +80,7 @@ pub struct Relay<S> {
 impl<S: Maintenance> Relay<S> {
     /// A relay sending through `worker` (its store, handlers and settings).
     pub fn new(worker: Worker<S>, config: RelayConfig) -> Result<Self> {
-        config.validate()?;
+        config.validate_with(worker.config())?;
         Ok(Self { worker, config })
     }
 
@@ -126,7 +126,14 @@ impl<S: Maintenance> Relay<S> {
             }
             inflight.reap(&mut writer);
             inflight.start(&mut writer);
-            if writer.is_due() {
+            if inflight.is_empty() && writer.len() > 0 && !writer.is_retrying() {
+                // Nothing runs that a later write could share a statement
+                // with, so write now. What was written may be due again soon
+                // (a retry): claim next, and so learn how long to sleep,
+                // instead of waiting for the poll.
+                writer.flush(&self.worker, &mut report).await;
+                claim_now = true;
+            } else if writer.is_due() {
                 writer.flush(&self.worker, &mut report).await;
             }
             let free = inflight.free();
@@ -147,13 +154,6 @@ impl<S: Maintenance> Relay<S> {
                     Ok(false) => Some(self.idle_delay(&mut report).await),
                 };
                 poll_at = delay.map(|delay| later(Instant::now(), delay));
-            }
-            if inflight.is_empty() && writer.len() > 0 && !writer.is_retrying() {
-                // Nothing runs that a later write could share a statement with.
-                writer.flush(&self.worker, &mut report).await;
-                // What was written may be due again soon (a retry): claim, and
-                // so learn how long to sleep, instead of waiting for the poll.
-                claim_now = true;
             }
             report.peak_unwritten = report.peak_unwritten.max(writer.len() as u64);
             let write_at = writer.deadline();

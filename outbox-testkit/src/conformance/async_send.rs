@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{Error, Status, WorkerConfig};
+use outbox_core::{Error, Status};
 
 use super::support::{config, enqueue_one, get, registry, task, worker};
 use crate::{TestBackend, handler};
@@ -27,11 +27,9 @@ pub async fn send_async_returns_at_once<B: TestBackend>(db: &B) -> anyhow::Resul
 /// A handler that hangs is cut at the timeout and recorded as retryable.
 pub async fn hanging_handler_is_cut_at_the_timeout<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let (mock, handle) = handler::blocking();
-    let config = WorkerConfig {
-        handler_timeout: Duration::from_millis(150),
-        lease_duration: Duration::from_secs(2),
-        ..config("w")
-    };
+    let config = config("w")
+        .handler_timeout(Duration::from_millis(150))
+        .lease_duration(Duration::from_secs(2));
     let worker = worker(db, registry(mock)?, config)?;
     let id = enqueue_one(db, task(1)).await?;
     let started = std::time::Instant::now();

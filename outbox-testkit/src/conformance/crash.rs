@@ -53,11 +53,9 @@ fn recording_effect<B: TestBackend>(db: Arc<B>, owner: &'static str) -> impl Han
 }
 
 fn crash_config(owner: &str) -> WorkerConfig {
-    WorkerConfig {
-        handler_timeout: Duration::from_millis(500),
-        lease_duration: Duration::from_secs(2),
-        ..config(owner)
-    }
+    config(owner)
+        .handler_timeout(Duration::from_millis(500))
+        .lease_duration(Duration::from_secs(2))
 }
 
 /// The child's side: when [`CHILD_URL_VAR`] is set, runs a relay on that

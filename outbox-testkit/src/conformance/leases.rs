@@ -124,11 +124,9 @@ pub async fn hung_handler_is_cut_and_another_worker_delivers<B: TestBackend>(
     let a = worker(
         db,
         registry(slow)?,
-        outbox_core::WorkerConfig {
-            handler_timeout: Duration::from_millis(100),
-            lease_duration: Duration::from_millis(200),
-            ..config("worker-a")
-        },
+        config("worker-a")
+            .handler_timeout(Duration::from_millis(100))
+            .lease_duration(Duration::from_millis(200)),
     )?;
     let b = worker(db, registry(fast)?, config("worker-b"))?;
     // A claims first and hangs in its handler.

@@ -13,6 +13,7 @@
 
 mod assertions;
 mod async_send;
+mod bounds;
 pub mod crash;
 mod delivery;
 mod enqueue;
@@ -29,6 +30,7 @@ mod transaction;
 
 pub use assertions::*;
 pub use async_send::*;
+pub use bounds::*;
 pub use delivery::*;
 pub use enqueue::*;
 pub use input::*;
@@ -107,6 +109,9 @@ macro_rules! conformance_tests {
             claims_never_spend_attempts_unrun,
             a_released_claim_is_not_a_run,
             a_burst_of_send_async_stays_within_concurrency,
+            longest_durations_work_end_to_end,
+            a_relay_at_its_bounds_runs_without_errors,
+            a_round_of_the_largest_batch_writes_every_result,
         );
         $crate::conformance_tests!(@each $backend, (flavor = "current_thread");
             migrations_are_idempotent_and_reversible,

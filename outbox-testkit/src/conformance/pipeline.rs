@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use outbox_core::{
     BatchRequest, CancellationToken, Delivery, Error, HandlerError, Relay, RelayConfig,
-    RelayReport, Status, Store, TaskId, handler_fn,
+    RelayReport, Status, Store, TaskId, WorkerConfig, handler_fn,
     transition::{self, Completion, Fence},
 };
 
@@ -89,8 +89,8 @@ pub async fn trickle_runs_each_handler_once_and_writes_promptly<B: TestBackend>(
             }
         }
     });
-    // Default timeouts, lease and concurrency; only the owner is named.
-    let worker = worker(db, registry(handler)?, config("trickle"))?;
+    let defaults = WorkerConfig::default().owner("trickle");
+    let worker = worker(db, registry(handler)?, defaults)?;
     let relay = Relay::new(worker, RelayConfig::default())?;
     let shutdown = CancellationToken::new();
     let running = tokio::spawn({
@@ -293,9 +293,7 @@ async fn unreadable_status<B: TestBackend>(db: &B, id: TaskId) -> anyhow::Result
 /// no claim the relay could not start yet was counted as an attempt.
 pub async fn claims_never_spend_attempts_unrun<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let (mock, handle) = handler::failing(usize::MAX);
-    let mut two_slots = config("two-slots");
-    two_slots.concurrency = 2;
-    let worker = worker(db, registry(mock)?, two_slots)?;
+    let worker = worker(db, registry(mock)?, config("two-slots").concurrency(2))?;
     let relay = Relay::new(worker, RelayConfig::default())?;
     let ids = enqueue_committed(db, (0..12).map(|n| task(n).max_attempts(3)).collect()).await?;
     run_until(relay, async || {
@@ -376,8 +374,7 @@ pub async fn a_burst_of_send_async_stays_within_concurrency<B: TestBackend>(
         }
     });
     let store = db.store_with_pool(4)?;
-    let mut eight = config("burst");
-    eight.concurrency = 8;
+    let eight = config("burst").concurrency(8);
     let worker = outbox_core::Worker::with_config(store, registry(handler)?, eight)?;
     let ids = enqueue_committed(db, (0..1000).map(task).collect()).await?;
     let handles: Vec<_> = ids.iter().map(|id| worker.send_async(*id)).collect();

@@ -5,7 +5,7 @@ use std::{collections::HashMap, time::Duration};
 
 use outbox_core::{
     Delivery, Error, Handler, HandlerError, Maintenance, Registry, Relay, RelayConfig, RelayReport,
-    RetryPolicy, Status, Store, Task, TaskId, Worker, WorkerConfig, handler_fn,
+    RetryPolicy, Status, Store, Task, TaskId, Worker, handler_fn,
 };
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -15,10 +15,7 @@ use crate::{TestBackend, handler};
 
 /// Settings for relays in tests: quick polls, retries due soon.
 pub fn relay_config() -> RelayConfig {
-    RelayConfig {
-        poll_interval: Duration::from_millis(50),
-        ..RelayConfig::default()
-    }
+    RelayConfig::default().poll_interval(Duration::from_millis(50))
 }
 
 /// Starts a relay over `worker` in a task of its own.
@@ -110,10 +107,7 @@ pub async fn ordering_keys_hold_under_random_failures<B: TestBackend>(
     let shutdown = CancellationToken::new();
     let mut relays = Vec::new();
     for n in 0..3 {
-        let config = WorkerConfig {
-            retry: fast_retry,
-            ..config(&format!("relay-{n}"))
-        };
+        let config = config(&format!("relay-{n}")).retry(fast_retry);
         relays.push(spawn_relay(
             worker(db, registry.clone(), config)?,
             relay_config(),
@@ -178,10 +172,7 @@ pub async fn shutdown_deadline_gives_claims_back<B: TestBackend>(db: &B) -> anyh
     let (mock, handle) = handler::blocking();
     let worker = worker(db, registry(mock)?, config("relay"))?;
     let shutdown = CancellationToken::new();
-    let relay_config = RelayConfig {
-        shutdown_timeout: Duration::from_millis(200),
-        ..relay_config()
-    };
+    let relay_config = relay_config().shutdown_timeout(Duration::from_millis(200));
     let relay = spawn_relay(worker, relay_config, &shutdown)?;
     handle.wait_for_blocked(10).await;
     let cancelled = std::time::Instant::now();
@@ -240,14 +231,7 @@ pub async fn purge_keeps_pending_and_recent_rows<B: TestBackend>(db: &B) -> anyh
     ))
     .await?;
     let shutdown = CancellationToken::new();
-    let relay = spawn_relay(
-        worker,
-        RelayConfig {
-            retention: Some(day),
-            ..relay_config()
-        },
-        &shutdown,
-    )?;
+    let relay = spawn_relay(worker, relay_config().retention(day), &shutdown)?;
     // The first pass purges before it claims, so once task 4 is handled the
     // purge has run.
     handle.wait_for_successes(5).await;
@@ -318,22 +302,12 @@ pub async fn relay_wakes_for_the_next_due_retry<B: TestBackend>(db: &B) -> anyho
     let id = enqueue_committed(db, vec![task(1)]).await?[0];
     let (mock, handle) = handler::failing(1);
     let retry = RetryPolicy::new(Duration::from_millis(300), Duration::from_millis(300), 0.0)?;
-    let worker = worker(
-        db,
-        registry(mock)?,
-        WorkerConfig {
-            retry,
-            ..config("relay")
-        },
-    )?;
+    let worker = worker(db, registry(mock)?, config("relay").retry(retry))?;
     let shutdown = CancellationToken::new();
     let started = std::time::Instant::now();
     let relay = spawn_relay(
         worker,
-        RelayConfig {
-            poll_interval: Duration::from_secs(10),
-            ..RelayConfig::default()
-        },
+        RelayConfig::default().poll_interval(Duration::from_secs(10)),
         &shutdown,
     )?;
     handle.wait_for_successes(1).await;
@@ -354,8 +328,7 @@ pub async fn relay_wakes_for_the_next_due_retry<B: TestBackend>(db: &B) -> anyho
 pub async fn relay_claims_only_what_it_can_start<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let ids = enqueue_committed(db, (0..10).map(task).collect()).await?;
     let (mock, handle) = handler::blocking();
-    let mut config = config("relay");
-    config.concurrency = 2;
+    let config = config("relay").concurrency(2);
     let worker = worker(db, registry(mock)?, config)?;
     let shutdown = CancellationToken::new();
     let relay = spawn_relay(worker, relay_config(), &shutdown)?;

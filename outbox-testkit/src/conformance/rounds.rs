@@ -11,7 +11,7 @@ use std::{
 
 use chrono::{TimeDelta, Utc};
 use diesel_async::{AsyncConnection, SimpleAsyncConnection};
-use outbox_core::{Registry, Status, Store, Task, TaskId, WorkerConfig, handler_fn};
+use outbox_core::{Registry, Status, Store, Task, TaskId, handler_fn};
 
 use super::support::{KIND, config, get, task, worker};
 use crate::{TestBackend, handler};
@@ -225,12 +225,10 @@ pub async fn claims_near_their_lease_end_are_released<B: TestBackend>(
             Ok(())
         }
     });
-    let config = WorkerConfig {
-        handler_timeout: Duration::from_millis(100),
-        lease_duration: Duration::from_millis(200),
-        concurrency: 1,
-        ..config("w")
-    };
+    let config = config("w")
+        .handler_timeout(Duration::from_millis(100))
+        .lease_duration(Duration::from_millis(200))
+        .concurrency(1);
     let worker = worker(db, super::support::registry(slow)?, config)?;
     let report = worker.retry_pending(10).await?;
     assert!(report.released >= 1, "{report:?}");

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use outbox_core::{Error, RetryPolicy, Status, Task, TaskId, WorkerConfig};
+use outbox_core::{Error, RetryPolicy, Status, Task, TaskId};
 
 use super::support::{KIND, config, enqueue_one, get, registry, task, worker};
 use crate::{TestBackend, handler};
@@ -32,10 +32,7 @@ pub async fn send_success_marks_succeeded_once<B: TestBackend>(db: &B) -> anyhow
 pub async fn send_retryable_error_schedules_a_retry<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let (mock, _handle) = handler::failing(1);
     let policy = RetryPolicy::new(Duration::from_secs(60), Duration::from_secs(600), 0.5)?;
-    let config = WorkerConfig {
-        retry: policy,
-        ..config("w")
-    };
+    let config = config("w").retry(policy);
     let worker = worker(db, registry(mock)?, config)?;
     let id = enqueue_one(db, task(1)).await?;
     let err = worker.send(id).await.err();

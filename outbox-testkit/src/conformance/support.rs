@@ -50,11 +50,9 @@ pub fn registry(handler: impl Handler) -> anyhow::Result<Registry> {
 
 /// Settings for tests: a named owner, retries due at once, default timeouts.
 pub fn config(owner: &str) -> WorkerConfig {
-    WorkerConfig {
-        owner: owner.to_owned(),
-        retry: immediate_retry(),
-        ..WorkerConfig::default()
-    }
+    WorkerConfig::default()
+        .owner(owner)
+        .retry(immediate_retry())
 }
 
 /// A retry policy whose retries are due at once, so a test can attempt again

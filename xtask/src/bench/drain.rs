@@ -22,11 +22,9 @@ fn workers<B: Raw>(db: &B, handler: &Counting) -> anyhow::Result<Vec<Worker<B::S
         .build()?;
     (0..WORKERS)
         .map(|n| {
-            let config = WorkerConfig {
-                owner: format!("bench-{n}"),
-                concurrency: BATCH,
-                ..WorkerConfig::default()
-            };
+            let config = WorkerConfig::default()
+                .owner(format!("bench-{n}"))
+                .concurrency(BATCH);
             Ok(Worker::with_config(
                 db.store().clone(),
                 registry.clone(),
@@ -56,12 +54,10 @@ async fn rounds<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<f64> {
 async fn relays<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<f64> {
     let handler = Counting::default();
     let shutdown = CancellationToken::new();
-    let config = RelayConfig {
-        batch_size: BATCH,
-        poll_interval: Duration::from_millis(100),
-        retention: None,
-        ..RelayConfig::default()
-    };
+    let config = RelayConfig::default()
+        .batch_size(BATCH)
+        .poll_interval(Duration::from_millis(100))
+        .retention(None);
     let started = Instant::now();
     let mut running = Vec::new();
     for worker in workers(db, &handler)? {

@@ -65,11 +65,7 @@ async fn measure_one<B: Raw>(
     let shutdown = CancellationToken::new();
     let relay = match mode {
         Mode::Relay => {
-            let config = RelayConfig {
-                poll_interval: poll,
-                retention: None,
-                ..RelayConfig::default()
-            };
+            let config = RelayConfig::default().poll_interval(poll).retention(None);
             let relay = Relay::new(worker.clone(), config)?;
             let shutdown = shutdown.clone();
             Some(tokio::spawn(async move { relay.run(shutdown).await }))

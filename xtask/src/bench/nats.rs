@@ -46,10 +46,7 @@ async fn through_relay<B: Raw>(db: &B, count: u64) -> anyhow::Result<f64> {
     let registry = Registry::builder().handler(KIND, 1, handler).build()?;
     let relay = Relay::new(
         Worker::new(db.store().clone(), registry)?,
-        RelayConfig {
-            retention: None,
-            ..RelayConfig::default()
-        },
+        RelayConfig::default().retention(None),
     )?;
     let shutdown = CancellationToken::new();
     let started = Instant::now();

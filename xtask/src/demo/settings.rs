@@ -10,21 +10,19 @@ pub(crate) const FAILURE_PERCENT: u8 = 10;
 
 /// Worker settings named `owner`.
 pub(crate) fn worker(owner: &str) -> WorkerConfig {
-    WorkerConfig {
-        owner: owner.to_owned(),
-        handler_timeout: Duration::from_secs(1),
-        lease_duration: Duration::from_secs(3),
-        retry: RetryPolicy::new(Duration::from_millis(100), Duration::from_secs(1), 0.2)
-            .unwrap_or_default(),
-        ..WorkerConfig::default()
-    }
+    WorkerConfig::default()
+        .owner(owner)
+        .handler_timeout(Duration::from_secs(1))
+        .lease_duration(Duration::from_secs(3))
+        .retry(
+            RetryPolicy::new(Duration::from_millis(100), Duration::from_secs(1), 0.2)
+                .unwrap_or_default(),
+        )
 }
 
 /// Relay settings.
 pub(crate) fn relay() -> RelayConfig {
-    RelayConfig {
-        poll_interval: Duration::from_millis(100),
-        retention: None,
-        ..RelayConfig::default()
-    }
+    RelayConfig::default()
+        .poll_interval(Duration::from_millis(100))
+        .retention(None)
 }
