@@ -59,12 +59,22 @@ pub trait Maintenance: Store {
     /// Deletes succeeded and failed tasks finished more than `older_than`
     /// ago, `batch` rows per statement so no statement holds locks for long;
     /// returns how many were deleted. Pending tasks are never touched.
+    /// `older_than` past [`MAX_DURATION`](crate::limits::MAX_DURATION) is
+    /// refused, naming it.
     fn purge_finished(
         &self,
         older_than: Duration,
         batch: usize,
     ) -> impl Future<Output = Result<u64>> + Send {
         async move {
+            if older_than > crate::limits::MAX_DURATION {
+                // Past what the databases' time arithmetic represents: on
+                // MariaDB the cut-off would be NULL and nothing purged.
+                return Err(Error::invalid(
+                    "older_than",
+                    format!("{older_than:?} exceeds the 100-year bound of limits::MAX_DURATION"),
+                ));
+            }
             let limit = u32::try_from(batch)
                 .ok()
                 .filter(|limit| *limit > 0)

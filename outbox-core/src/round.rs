@@ -5,6 +5,7 @@ use std::time::Instant;
 use futures_util::{StreamExt, stream};
 
 use crate::{
+    limits::MAX_BATCH_SIZE,
     BatchRequest, Error, Record, Result, Status, Store, Worker, telemetry,
     transition::{self, Completion},
 };
@@ -56,8 +57,11 @@ impl<S: Store> Worker<S> {
     /// the task). Dropping the future cancels the round;
     /// tasks it had claimed become claimable again when their lease ends.
     pub async fn retry_pending(&self, batch_size: usize) -> Result<RoundReport> {
-        if batch_size == 0 {
-            return Err(Error::invalid("batch_size", "must be at least 1"));
+        if batch_size == 0 || batch_size > MAX_BATCH_SIZE {
+            return Err(Error::invalid(
+                "batch_size",
+                format!("must be between 1 and {MAX_BATCH_SIZE}"),
+            ));
         }
         let mut report = RoundReport::default();
         let mut request = BatchRequest {

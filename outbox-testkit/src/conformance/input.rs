@@ -3,7 +3,7 @@
 
 use chrono::{NaiveDate, TimeZone, Utc};
 use diesel_async::AsyncConnection;
-use outbox_core::{Error, Store, Task, limits::MAX_PAYLOAD_BYTES};
+use outbox_core::{Error, Maintenance, Store, Task, limits::MAX_PAYLOAD_BYTES};
 
 use super::support::{KIND, config, enqueue_committed, registry, task, worker};
 use crate::{TestBackend, handler};
@@ -111,13 +111,24 @@ pub async fn payload_limit_is_exactly_one_mebibyte<B: TestBackend>(db: &B) -> an
     Ok(())
 }
 
-/// A round with batch size 0 is refused, naming `batch_size`.
+/// A round with batch size 0 or past the bound is refused, naming
+/// `batch_size`; a purge past the longest duration, naming `older_than`.
 pub async fn zero_batch_size_is_refused<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let (mock, handle) = handler::recording();
     let worker = worker(db, registry(mock)?, config("w"))?;
     enqueue_committed(db, vec![task(1)]).await?;
     let refused = worker.retry_pending(0).await;
     assert_eq!(refused.err().and_then(|e| e.field()), Some("batch_size"));
+    // Past what one completion write can carry on every backend.
+    let refused = worker
+        .retry_pending(outbox_core::limits::MAX_BATCH_SIZE + 1)
+        .await;
+    assert_eq!(refused.err().and_then(|e| e.field()), Some("batch_size"));
+    let too_old = db
+        .store()
+        .purge_finished(outbox_core::limits::MAX_DURATION * 2, 10)
+        .await;
+    assert_eq!(too_old.err().and_then(|e| e.field()), Some("older_than"));
     assert_eq!(handle.calls(), 0);
     Ok(())
 }
