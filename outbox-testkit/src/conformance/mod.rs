@@ -13,6 +13,7 @@
 
 mod assertions;
 mod async_send;
+mod completion_batches;
 pub mod crash;
 mod delivery;
 mod enqueue;
@@ -28,6 +29,7 @@ mod transaction;
 
 pub use assertions::*;
 pub use async_send::*;
+pub use completion_batches::*;
 pub use delivery::*;
 pub use enqueue::*;
 pub use input::*;
@@ -73,6 +75,7 @@ macro_rules! conformance_tests {
             hung_handler_is_cut_and_another_worker_delivers,
             stale_attempt_of_the_same_owner_is_fenced,
             completion_by_another_owner_is_fenced,
+            a_write_with_a_stale_and_a_current_result_applies_the_current,
             retry_rounds_share_work_exactly_once,
             retry_round_expires_overdue_tasks,
             writers_and_workers_run_side_by_side,
