@@ -24,6 +24,20 @@ pub(crate) async fn write(
     conn: &mut AsyncMysqlConnection,
     completions: &[Completion],
 ) -> Result<u64> {
+    let mut applied = 0;
+    for chunk in completions.chunks(MAX_PER_STATEMENT) {
+        applied += write_chunk(conn, chunk).await?;
+    }
+    Ok(applied)
+}
+
+/// Completions per statement. A prepared statement takes at most 65,535
+/// placeholders and a completion needs up to 16. A stale and a current result
+/// for one task may land in different statements: the stale one matches no
+/// row in either, so splitting changes nothing but the statement count.
+const MAX_PER_STATEMENT: usize = 2_000;
+
+async fn write_chunk(conn: &mut AsyncMysqlConnection, completions: &[Completion]) -> Result<u64> {
     let Some(first) = completions.first() else {
         return Ok(0);
     };

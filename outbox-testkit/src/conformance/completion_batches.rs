@@ -4,11 +4,11 @@ use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
 use outbox_core::{
-    ClaimOutcome, LeaseRequest, Record, RetryPolicy, Status, Store,
+    BatchRequest, ClaimOutcome, LeaseRequest, Record, RetryPolicy, Status, Store,
     transition::{self, Completion, Fence, Outcome},
 };
 
-use super::support::{enqueue_one, get, immediate_retry, task};
+use super::support::{enqueue_batch, enqueue_one, get, immediate_retry, task};
 use crate::TestBackend;
 
 /// How one case ends a claim: a result for its fence.
@@ -104,6 +104,47 @@ pub async fn a_write_with_a_stale_and_a_current_result_applies_the_current<B: Te
                 );
             }
         }
+    }
+    Ok(())
+}
+
+/// Results of every kind for thousands of tasks in one `complete` call all
+/// apply: a backend that binds several values per result must still fit
+/// the statement limits of its database.
+pub async fn a_write_of_thousands_of_results_applies_them_all<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    const TASKS: usize = 6_000;
+    enqueue_batch(db, (0..TASKS).map(task).collect()).await?;
+    let claimed = db
+        .store()
+        .claim_due(&BatchRequest {
+            lease: LeaseRequest {
+                owner: "w".to_owned(),
+                duration: Duration::from_secs(60),
+            },
+            limit: TASKS,
+            after: None,
+            due_by: None,
+        })
+        .await?;
+    assert_eq!(claimed.len(), TASKS);
+    let outcomes = |n: usize| match n % 3 {
+        0 => Outcome::Succeeded,
+        1 => Outcome::Retryable(format!("retry {n}")),
+        _ => Outcome::Permanent(format!("failed {n}")),
+    };
+    let completions: Vec<Completion> = claimed
+        .iter()
+        .enumerate()
+        .map(|(n, record)| decide(fence(record), outcomes(n), &in_an_hour()))
+        .collect();
+    assert_eq!(db.store().complete(&completions).await?, TASKS as u64);
+    for n in [0, 1, 2, TASKS / 2, TASKS - 1] {
+        let row = get(db, claimed[n].id).await?;
+        let expected = completions[n].status;
+        assert_eq!(row.status, expected, "task {n}");
+        assert!(row.lease.is_none(), "task {n} kept its lease");
     }
     Ok(())
 }

@@ -76,6 +76,7 @@ macro_rules! conformance_tests {
             stale_attempt_of_the_same_owner_is_fenced,
             completion_by_another_owner_is_fenced,
             a_write_with_a_stale_and_a_current_result_applies_the_current,
+            a_write_of_thousands_of_results_applies_them_all,
             retry_rounds_share_work_exactly_once,
             retry_round_expires_overdue_tasks,
             writers_and_workers_run_side_by_side,
