@@ -49,7 +49,9 @@
 //! connection. `enqueue_many` inserts runs of keyless tasks in one statement
 //! only when the server's `innodb_autoinc_lock_mode` (0 or 1) guarantees a
 //! statement consecutive ids; otherwise, and for tasks with a `dedup_key`, it
-//! inserts row by row.
+//! inserts row by row. The ids of one statement are the session's
+//! `auto_increment_increment` apart (the node count on Galera and other
+//! multi-primary setups); the store reads it with `LAST_INSERT_ID()`.
 
 mod claim;
 mod complete;
