@@ -43,6 +43,13 @@
 //! through the session `time_zone`, which the application may set to anything.
 //! See [`timestamp`] for the range and precision.
 //!
+//! # Keys
+//!
+//! `dedup_key` and `ordering_key` are `VARBINARY(255)` columns holding UTF-8,
+//! compared byte for byte: `"k"` and `"k "` are different keys. The table's
+//! `utf8mb4_bin` collation pads with spaces, and the binary collations that
+//! do not are named differently on MySQL and MariaDB.
+//!
 //! # Ids
 //!
 //! MySQL has no `RETURNING`: ids come from `LAST_INSERT_ID()` on the caller's

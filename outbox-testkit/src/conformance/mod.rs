@@ -13,6 +13,7 @@
 
 mod assertions;
 mod async_send;
+mod byte_exact_keys;
 mod completion_batches;
 pub mod crash;
 mod delivery;
@@ -29,6 +30,7 @@ mod transaction;
 
 pub use assertions::*;
 pub use async_send::*;
+pub use byte_exact_keys::*;
 pub use completion_batches::*;
 pub use delivery::*;
 pub use enqueue::*;
@@ -60,6 +62,7 @@ macro_rules! conformance_tests {
             enqueue_many_returns_ids_in_order,
             enqueue_many_stores_every_field,
             concurrent_dedup_gives_one_row,
+            dedup_keys_differing_by_trailing_spaces_are_distinct,
             bad_input_names_the_field_and_writes_nothing,
             payload_limit_is_exactly_one_mebibyte,
             zero_batch_size_is_refused,
@@ -85,6 +88,7 @@ macro_rules! conformance_tests {
             claims_near_their_lease_end_are_released,
             send_waits_for_the_older_task_of_its_key,
             a_round_keeps_a_key_in_order,
+            ordering_keys_differing_by_trailing_spaces_are_independent,
             three_relays_deliver_each_task_once,
             ordering_keys_hold_under_random_failures,
             shutdown_waits_for_running_handlers,
