@@ -1,4 +1,4 @@
-//! Fenced completion writes: one statement for a whole batch of results.
+//! Fenced completion writes: one statement for up to 2,000 results.
 
 use diesel::{
     mysql::Mysql,
@@ -10,8 +10,8 @@ use outbox_diesel::micros;
 
 /// Writes `completions`; returns how many rows were still current and applied.
 ///
-/// One `UPDATE` whose `WHERE` applies a result only while `id`,
-/// `lease_owner` and `attempts` still match its claim
+/// One `UPDATE` per [`MAX_PER_STATEMENT`] results, whose `WHERE` applies a
+/// result only while `id`, `lease_owner` and `attempts` still match its claim
 /// ([`outbox_core::transition::complete`] in SQL); `id IN (...)` keeps it on
 /// the primary key. Each value is picked by a searched `CASE` arm matching
 /// `(id, attempts)`: `attempts` grows with every claim, so it tells the
