@@ -5,8 +5,9 @@ use std::time::Instant;
 use futures_util::{StreamExt, stream};
 
 use crate::{
+    BatchRequest, Error, Record, Result, Status, Store, Worker,
     limits::MAX_BATCH_SIZE,
-    BatchRequest, Error, Record, Result, Status, Store, Worker, telemetry,
+    telemetry,
     transition::{self, Completion},
 };
 

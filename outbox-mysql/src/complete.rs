@@ -1,24 +1,43 @@
-//! Fenced completion writes: one statement for a whole batch of results.
+//! Fenced completion writes: one statement for up to 2,000 results.
 
 use diesel::{
     mysql::Mysql,
-    sql_types::{BigInt, Text},
+    sql_types::{BigInt, Bool, Text},
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
 use outbox_core::{Error, Result, Status, transition::Completion};
 use outbox_diesel::micros;
 
-/// Writes `completions`; returns how many were still current and applied.
+/// Writes `completions`; returns how many rows were still current and applied.
 ///
-/// One `UPDATE` whose `CASE id WHEN ...` arms carry each task's values, and
-/// whose `WHERE` applies a result only while `id`, `lease_owner` and
-/// `attempts` still match its claim ([`outbox_core::transition::complete`]
-/// in SQL). `id IN (...)` keeps it on the primary key. diesel-async reports
-/// rows matched, which here is exactly the rows whose fence held.
+/// One `UPDATE` per [`MAX_PER_STATEMENT`] results, whose `WHERE` applies a
+/// result only while `id`, `lease_owner` and `attempts` still match its claim
+/// ([`outbox_core::transition::complete`] in SQL); `id IN (...)` keeps it on
+/// the primary key. Each value is picked by a searched `CASE` arm matching
+/// `(id, attempts)`: `attempts` grows with every claim, so it tells the
+/// claims of one task apart, and a batch holding a stale and a current result
+/// for the same task applies the current one, whichever comes first. The `SET`
+/// list evaluates left to right on the updated row, so no expression in it
+/// reads a column assigned before it. diesel-async reports rows matched,
+/// which here is exactly the rows whose fence held.
 pub(crate) async fn write(
     conn: &mut AsyncMysqlConnection,
     completions: &[Completion],
 ) -> Result<u64> {
+    let mut applied = 0;
+    for chunk in completions.chunks(MAX_PER_STATEMENT) {
+        applied += write_chunk(conn, chunk).await?;
+    }
+    Ok(applied)
+}
+
+/// Completions per statement. A prepared statement takes at most 65,535
+/// placeholders and a completion needs up to 18. A stale and a current result
+/// for one task may land in different statements: the stale one matches no
+/// row in either, so splitting changes nothing but the statement count.
+const MAX_PER_STATEMENT: usize = 2_000;
+
+async fn write_chunk(conn: &mut AsyncMysqlConnection, completions: &[Completion]) -> Result<u64> {
     let Some(first) = completions.first() else {
         return Ok(0);
     };
@@ -29,7 +48,6 @@ pub(crate) async fn write(
     {
         return succeed(conn, owner, completions).await;
     }
-    let arms = |arm: &str| arm.repeat(completions.len());
     let retrying: Vec<&Completion> = completions
         .iter()
         .filter(|c| c.retry_in.is_some())
@@ -38,66 +56,82 @@ pub(crate) async fn write(
         .iter()
         .filter(|c| c.last_error.is_some())
         .collect();
-    let ids = vec!["?"; completions.len()].join(", ");
+    let released: Vec<&Completion> = completions.iter().filter(|c| c.released).collect();
+    let arms = |n: usize| "WHEN id = ? AND attempts = ? THEN ? ".repeat(n);
     let sql = format!(
         "UPDATE outbox_tasks SET \
-           status = CASE id {status} END, \
+           status = CASE {status} END, \
            next_attempt_at = {retry}, \
            last_error = {error}, \
-           finished_at = CASE id {finished} END, \
+           released = {released}, \
+           finished_at = CASE {finished} END, \
            lease_owner = NULL, lease_expires_at = NULL, updated_at = UTC_TIMESTAMP(6) \
-         WHERE id IN ({ids}) AND status = 'pending' AND CASE id {fence} END",
-        status = arms("WHEN ? THEN ? "),
+         WHERE id IN ({ids}) AND status = 'pending' \
+           AND (id, attempts, lease_owner) IN ({fences})",
+        status = arms(completions.len()),
         retry = case_or(
             "next_attempt_at",
-            "WHEN ? THEN UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND ",
+            "WHEN id = ? AND attempts = ? THEN UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND ",
             retrying.len()
         ),
-        error = case_or("last_error", "WHEN ? THEN ? ", with_error.len()),
-        finished = arms("WHEN ? THEN IF(?, UTC_TIMESTAMP(6), NULL) "),
-        fence = arms("WHEN ? THEN lease_owner = ? AND attempts = ? "),
+        error = case_or("last_error", &arms(1), with_error.len()),
+        released = case_or(
+            "released",
+            "WHEN id = ? AND attempts = ? THEN released + 1 ",
+            released.len()
+        ),
+        finished = "WHEN id = ? AND attempts = ? THEN IF(?, UTC_TIMESTAMP(6), NULL) "
+            .repeat(completions.len()),
+        ids = placeholders("?", completions.len()),
+        fences = placeholders("(?, ?, ?)", completions.len()),
     );
     let mut query = diesel::sql_query(sql).into_boxed::<Mysql>();
     for c in completions {
-        query = query
-            .bind::<BigInt, _>(c.fence.id.get())
-            .bind::<Text, _>(c.status.as_str());
+        query = bind_claim(query, c).bind::<Text, _>(c.status.as_str());
     }
     for c in &retrying {
-        query = query
-            .bind::<BigInt, _>(c.fence.id.get())
-            .bind::<BigInt, _>(c.retry_in.map_or(0, micros));
+        query = bind_claim(query, c).bind::<BigInt, _>(c.retry_in.map_or(0, micros));
     }
     for c in &with_error {
-        query = query
-            .bind::<BigInt, _>(c.fence.id.get())
-            .bind::<Text, _>(c.last_error.as_deref().unwrap_or_default());
+        query = bind_claim(query, c).bind::<Text, _>(c.last_error.as_deref().unwrap_or_default());
+    }
+    for c in &released {
+        query = bind_claim(query, c);
     }
     for c in completions {
-        query = query
-            .bind::<BigInt, _>(c.fence.id.get())
-            .bind::<diesel::sql_types::Bool, _>(c.status != Status::Pending);
+        query = bind_claim(query, c).bind::<Bool, _>(c.status != Status::Pending);
     }
     for c in completions {
         query = query.bind::<BigInt, _>(c.fence.id.get());
     }
     for c in completions {
-        query = query
-            .bind::<BigInt, _>(c.fence.id.get())
-            .bind::<Text, _>(&c.fence.owner)
-            .bind::<BigInt, _>(c.fence.attempt);
+        query = bind_claim(query, c).bind::<Text, _>(&c.fence.owner);
     }
     let applied = query.execute(conn).await.map_err(Error::database)?;
     Ok(applied as u64)
 }
 
-/// `CASE id <arm × n> ELSE column END`, or just `column` when there is no arm.
+type Query<'q> = diesel::query_builder::BoxedSqlQuery<'q, Mysql, diesel::query_builder::SqlQuery>;
+
+/// Binds the `id = ? AND attempts = ?` of `c`'s claim.
+fn bind_claim<'q>(query: Query<'q>, c: &Completion) -> Query<'q> {
+    query
+        .bind::<BigInt, _>(c.fence.id.get())
+        .bind::<BigInt, _>(c.fence.attempt)
+}
+
+/// `CASE <arm × n> ELSE column END`, or just `column` when there is no arm.
 fn case_or(column: &str, arm: &str, n: usize) -> String {
     if n == 0 {
         column.to_owned()
     } else {
-        format!("CASE id {} ELSE {column} END", arm.repeat(n))
+        format!("CASE {} ELSE {column} END", arm.repeat(n))
     }
+}
+
+/// `one` `n` times, comma-separated.
+fn placeholders(one: &str, n: usize) -> String {
+    vec![one; n].join(", ")
 }
 
 /// The common case, all succeeded for one owner: only the fence varies by row.
@@ -106,14 +140,14 @@ async fn succeed(
     owner: &str,
     completions: &[Completion],
 ) -> Result<u64> {
-    let ids = vec!["?"; completions.len()].join(", ");
     let sql = format!(
         "UPDATE outbox_tasks SET status = 'succeeded', last_error = '', \
            finished_at = UTC_TIMESTAMP(6), lease_owner = NULL, lease_expires_at = NULL, \
            updated_at = UTC_TIMESTAMP(6) \
          WHERE id IN ({ids}) AND status = 'pending' AND lease_owner = ? \
-           AND CASE id {fence} END",
-        fence = "WHEN ? THEN attempts = ? ".repeat(completions.len()),
+           AND (id, attempts) IN ({fences})",
+        ids = placeholders("?", completions.len()),
+        fences = placeholders("(?, ?)", completions.len()),
     );
     let mut query = diesel::sql_query(sql).into_boxed::<Mysql>();
     for c in completions {
@@ -121,9 +155,7 @@ async fn succeed(
     }
     query = query.bind::<Text, _>(owner);
     for c in completions {
-        query = query
-            .bind::<BigInt, _>(c.fence.id.get())
-            .bind::<BigInt, _>(c.fence.attempt);
+        query = bind_claim(query, c);
     }
     let applied = query.execute(conn).await.map_err(Error::database)?;
     Ok(applied as u64)

@@ -71,22 +71,49 @@ fn values(sql: &mut String, row: &Row) {
 const MAX_ROWS_PER_INSERT: usize = 500;
 const MAX_BYTES_PER_INSERT: usize = 4 * 1024 * 1024;
 
+/// Where the ids of the last `INSERT` on this connection start, and how far
+/// apart they are.
 #[derive(QueryableByName)]
-struct LastId {
+struct InsertedIds {
+    /// `LAST_INSERT_ID()`: the first row's id.
     #[diesel(sql_type = BigInt)]
-    id: i64,
+    first: i64,
+    /// The session's `auto_increment_increment`: the gap between the ids of
+    /// one statement's rows (more than 1 on Galera and other multi-primary
+    /// setups, and wherever a session sets it).
+    #[diesel(sql_type = BigInt)]
+    step: i64,
 }
 
-async fn last_insert_id(conn: &mut AsyncMysqlConnection) -> Result<i64> {
-    diesel::sql_query("SELECT LAST_INSERT_ID() AS id")
-        .get_result::<LastId>(conn)
-        .await
-        .map(|row| row.id)
-        .map_err(Error::database)
+impl InsertedIds {
+    /// The id of the row at `position` in the statement.
+    fn at(&self, position: usize) -> Result<TaskId> {
+        i64::try_from(position)
+            .ok()
+            .and_then(|position| position.checked_mul(self.step))
+            .and_then(|offset| self.first.checked_add(offset))
+            .map(TaskId::new)
+            .ok_or_else(|| Error::database("inserted ids past the largest BIGINT"))
+    }
 }
 
-/// Inserts `rows` in one statement; returns the first row's id.
-async fn insert(conn: &mut AsyncMysqlConnection, rows: &[Row], on_duplicate: bool) -> Result<i64> {
+/// Reads both in one round trip, right after the `INSERT` on its connection.
+async fn inserted_ids(conn: &mut AsyncMysqlConnection) -> Result<InsertedIds> {
+    diesel::sql_query(
+        "SELECT LAST_INSERT_ID() AS first, \
+         CAST(@@SESSION.auto_increment_increment AS SIGNED) AS step",
+    )
+    .get_result::<InsertedIds>(conn)
+    .await
+    .map_err(Error::database)
+}
+
+/// Inserts `rows` in one statement; returns where their ids are.
+async fn insert(
+    conn: &mut AsyncMysqlConnection,
+    rows: &[Row],
+    on_duplicate: bool,
+) -> Result<InsertedIds> {
     let mut sql = String::from(COLUMNS);
     for (i, row) in rows.iter().enumerate() {
         if i > 0 {
@@ -124,7 +151,7 @@ async fn insert(conn: &mut AsyncMysqlConnection, rows: &[Row], on_duplicate: boo
         }
     }
     query.execute(conn).await.map_err(Error::database)?;
-    last_insert_id(conn).await
+    inserted_ids(conn).await
 }
 
 /// Inserts one task; a `dedup_key` already present returns the existing id.
@@ -133,17 +160,18 @@ pub(crate) async fn one(conn: &mut AsyncMysqlConnection, task: Task) -> Result<T
     let row = prepare(task)?;
     let on_duplicate = row.task.dedup_key.is_some();
     insert(conn, std::slice::from_ref(&row), on_duplicate)
-        .await
-        .map(TaskId::new)
+        .await?
+        .at(0)
 }
 
 /// Inserts `tasks` in input order and returns their ids in that order.
 ///
 /// Runs of tasks without a `dedup_key` go in one multi-row `INSERT` each when
 /// the server hands a statement consecutive ids (`innodb_autoinc_lock_mode`
-/// 0 or 1): the first id plus the row's position is then its id. A task with
-/// a `dedup_key`, or any task on a server with interleaved ids, is inserted
-/// on its own so its id is known for certain.
+/// 0 or 1): a row's id is then the first id plus its position times the
+/// session's `auto_increment_increment`. A task with a `dedup_key`, or any
+/// task on a server with interleaved ids, is inserted on its own so its id
+/// is known for certain.
 pub(crate) async fn many(
     conn: &mut AsyncMysqlConnection,
     tasks: Vec<Task>,
@@ -157,8 +185,10 @@ pub(crate) async fn many(
         let end = run_end(&rows, start, consecutive_ids);
         let run = &rows[start..end];
         let dedup = run[0].task.dedup_key.is_some();
-        let first = insert(conn, run, dedup).await?;
-        ids.extend((0..run.len()).map(|offset| TaskId::new(first + offset as i64)));
+        let inserted = insert(conn, run, dedup).await?;
+        for position in 0..run.len() {
+            ids.push(inserted.at(position)?);
+        }
         start = end;
     }
     Ok(ids)

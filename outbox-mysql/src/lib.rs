@@ -43,13 +43,22 @@
 //! through the session `time_zone`, which the application may set to anything.
 //! See [`timestamp`] for the range and precision.
 //!
+//! # Keys
+//!
+//! `dedup_key` and `ordering_key` are `VARBINARY(255)` columns holding UTF-8,
+//! compared byte for byte: `"k"` and `"k "` are different keys. The table's
+//! `utf8mb4_bin` collation pads with spaces, and the binary collations that
+//! do not are named differently on MySQL and MariaDB.
+//!
 //! # Ids
 //!
 //! MySQL has no `RETURNING`: ids come from `LAST_INSERT_ID()` on the caller's
 //! connection. `enqueue_many` inserts runs of keyless tasks in one statement
 //! only when the server's `innodb_autoinc_lock_mode` (0 or 1) guarantees a
 //! statement consecutive ids; otherwise, and for tasks with a `dedup_key`, it
-//! inserts row by row.
+//! inserts row by row. The ids of one statement are the session's
+//! `auto_increment_increment` apart (the node count on Galera and other
+//! multi-primary setups); the store reads it with `LAST_INSERT_ID()`.
 
 mod claim;
 mod complete;

@@ -13,9 +13,11 @@ diesel::table! {
         payload -> Blob,
         /// String headers as a JSON object (read as text).
         headers -> Text,
-        /// Ordering key.
+        /// Ordering key: UTF-8 in a `VARBINARY(255)` column, so the database
+        /// compares it byte for byte; read and written as text.
         ordering_key -> Nullable<Varchar>,
-        /// Idempotency key.
+        /// Idempotency key: UTF-8 in a `VARBINARY(255)` column, so the
+        /// database compares it byte for byte; read and written as text.
         dedup_key -> Nullable<Varchar>,
         /// `pending`, `succeeded` or `failed`.
         status -> Varchar,

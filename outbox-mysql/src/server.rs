@@ -9,9 +9,9 @@ use outbox_core::{Error, Result};
 pub(crate) struct ServerInfo {
     /// `VERSION()`, for messages.
     pub(crate) version: String,
-    /// Whether a multi-row `INSERT` gets consecutive ids
-    /// (`innodb_autoinc_lock_mode` 0 or 1), so one statement can insert a
-    /// batch and still know every row's id.
+    /// Whether a multi-row `INSERT` gets consecutive ids, one
+    /// `auto_increment_increment` apart (`innodb_autoinc_lock_mode` 0 or 1),
+    /// so one statement can insert a batch and still know every row's id.
     pub(crate) consecutive_ids: bool,
 }
 

@@ -9,8 +9,11 @@ CREATE TABLE outbox_tasks (
     version          INT NOT NULL,
     payload          LONGBLOB NOT NULL,
     headers          JSON NOT NULL,
-    ordering_key     VARCHAR(255) NULL,
-    dedup_key        VARCHAR(255) NULL,
+    -- Keys hold UTF-8 compared byte for byte. Under utf8mb4_bin, a PAD SPACE
+    -- collation, 'k' and 'k ' would be one key; the NO PAD binary collations
+    -- have other names on MySQL and MariaDB, and none before MySQL 8.0.17.
+    ordering_key     VARBINARY(255) NULL,
+    dedup_key        VARBINARY(255) NULL,
     status           VARCHAR(16) NOT NULL DEFAULT 'pending',
     attempts         BIGINT NOT NULL DEFAULT 0,
     released         BIGINT NOT NULL DEFAULT 0,

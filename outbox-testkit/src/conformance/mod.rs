@@ -14,6 +14,8 @@
 mod assertions;
 mod async_send;
 mod bounds;
+mod byte_exact_keys;
+mod completion_batches;
 pub mod crash;
 mod delivery;
 mod enqueue;
@@ -31,6 +33,8 @@ mod transaction;
 pub use assertions::*;
 pub use async_send::*;
 pub use bounds::*;
+pub use byte_exact_keys::*;
+pub use completion_batches::*;
 pub use delivery::*;
 pub use enqueue::*;
 pub use input::*;
@@ -62,6 +66,7 @@ macro_rules! conformance_tests {
             enqueue_many_returns_ids_in_order,
             enqueue_many_stores_every_field,
             concurrent_dedup_gives_one_row,
+            dedup_keys_differing_by_trailing_spaces_are_distinct,
             bad_input_names_the_field_and_writes_nothing,
             payload_limit_is_exactly_one_mebibyte,
             zero_batch_size_is_refused,
@@ -77,6 +82,8 @@ macro_rules! conformance_tests {
             hung_handler_is_cut_and_another_worker_delivers,
             stale_attempt_of_the_same_owner_is_fenced,
             completion_by_another_owner_is_fenced,
+            a_write_with_a_stale_and_a_current_result_applies_the_current,
+            a_write_of_thousands_of_results_applies_them_all,
             retry_rounds_share_work_exactly_once,
             retry_round_expires_overdue_tasks,
             writers_and_workers_run_side_by_side,
@@ -85,6 +92,7 @@ macro_rules! conformance_tests {
             claims_near_their_lease_end_are_released,
             send_waits_for_the_older_task_of_its_key,
             a_round_keeps_a_key_in_order,
+            ordering_keys_differing_by_trailing_spaces_are_independent,
             three_relays_deliver_each_task_once,
             ordering_keys_hold_under_random_failures,
             shutdown_waits_for_running_handlers,
