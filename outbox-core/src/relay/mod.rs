@@ -155,7 +155,6 @@ impl<S: Maintenance> Relay<S> {
                 };
                 poll_at = delay.map(|delay| later(Instant::now(), delay));
             }
-            report.peak_unwritten = report.peak_unwritten.max(writer.len() as u64);
             let write_at = writer.deadline();
             tokio::select! {
                 biased;
@@ -179,7 +178,7 @@ impl<S: Maintenance> Relay<S> {
         }
         self.drain(inflight, &mut writer).await;
         writer.flush(&self.worker, &mut report).await;
-        report.peak_unwritten = report.peak_unwritten.max(writer.len() as u64);
+        report.peak_unwritten = writer.peak() as u64;
         report
     }
 

@@ -29,6 +29,8 @@ pub(super) struct ResultWriter {
     oldest: Option<Instant>,
     /// After a write failed for a passing fault: when to try again.
     retry_at: Option<Instant>,
+    /// The most results that waited at once.
+    peak: usize,
     delay: Duration,
     batch_size: usize,
     retry_delay: Duration,
@@ -42,10 +44,16 @@ impl ResultWriter {
             unwritten: Vec::new(),
             oldest: None,
             retry_at: None,
+            peak: 0,
             delay,
             batch_size,
             retry_delay,
         }
+    }
+
+    /// The most results that waited for a write at once so far.
+    pub(super) fn peak(&self) -> usize {
+        self.peak
     }
 
     /// Whether the last write failed and its retry is not due yet.
@@ -65,6 +73,7 @@ impl ResultWriter {
             completion,
             lease_ends,
         });
+        self.peak = self.peak.max(self.unwritten.len());
         telemetry::unwritten(self.unwritten.len());
     }
 
