@@ -19,6 +19,7 @@ use outbox_core::{
     BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Status, TaskId,
     transition::{self, Availability, EXPIRED_ERROR},
 };
+use outbox_diesel::mysql_error;
 
 use crate::{row::TaskRow, timestamp};
 
@@ -46,7 +47,7 @@ where
 {
     conn.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
         .await
-        .map_err(Error::database)?;
+        .map_err(mysql_error)?;
     conn.transaction::<T, TxError, _>(async |conn| body(conn).await.map_err(TxError::Outbox))
         .await
         .map_err(TxError::into_outbox)
@@ -68,7 +69,7 @@ impl TxError {
     fn into_outbox(self) -> Error {
         match self {
             Self::Outbox(error) => error,
-            Self::Diesel(error) => Error::database(error),
+            Self::Diesel(error) => mysql_error(error),
         }
     }
 }
@@ -93,7 +94,7 @@ pub(crate) async fn one(
             .get_result(conn)
             .await
             .optional()
-            .map_err(Error::database)?;
+            .map_err(mysql_error)?;
         let Some(locked) = locked else {
             return Ok(ClaimOutcome::NotFound);
         };
@@ -176,7 +177,7 @@ async fn set_leases(
     .bind::<Datetime, _>(now.naive_utc())
     .execute(conn)
     .await
-    .map_err(Error::database)?;
+    .map_err(mysql_error)?;
     Ok(())
 }
 
@@ -194,7 +195,7 @@ async fn expire(conn: &mut AsyncMysqlConnection, ids: &[TaskId], now: DateTime<U
     .bind::<Text, _>(EXPIRED_ERROR)
     .execute(conn)
     .await
-    .map_err(Error::database)?;
+    .map_err(mysql_error)?;
     Ok(())
 }
 
@@ -230,7 +231,7 @@ pub(crate) async fn due(
             .bind::<BigInt, _>(limit)
             .load(conn)
             .await
-            .map_err(Error::database)?;
+            .map_err(mysql_error)?;
         let mut records = Vec::with_capacity(locked.len());
         let (mut claimed, mut expired) = (Vec::new(), Vec::new());
         for row in locked {

@@ -5,8 +5,8 @@ use diesel::{
     sql_types::{BigInt, Text},
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
-use outbox_core::{Error, Result, Status, transition::Completion};
-use outbox_diesel::micros;
+use outbox_core::{Result, Status, transition::Completion};
+use outbox_diesel::{micros, mysql_error};
 
 /// Writes `completions`; returns how many were still current and applied.
 ///
@@ -87,7 +87,7 @@ pub(crate) async fn write(
             .bind::<Text, _>(&c.fence.owner)
             .bind::<BigInt, _>(c.fence.attempt);
     }
-    let applied = query.execute(conn).await.map_err(Error::database)?;
+    let applied = query.execute(conn).await.map_err(mysql_error)?;
     Ok(applied as u64)
 }
 
@@ -125,6 +125,6 @@ async fn succeed(
             .bind::<BigInt, _>(c.fence.id.get())
             .bind::<BigInt, _>(c.fence.attempt);
     }
-    let applied = query.execute(conn).await.map_err(Error::database)?;
+    let applied = query.execute(conn).await.map_err(mysql_error)?;
     Ok(applied as u64)
 }

@@ -13,7 +13,7 @@ use diesel::{
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
 use outbox_core::{Error, Result, Task, TaskId};
-use outbox_diesel::require_transaction;
+use outbox_diesel::{mysql_error, require_transaction};
 
 use crate::timestamp;
 
@@ -82,7 +82,7 @@ async fn last_insert_id(conn: &mut AsyncMysqlConnection) -> Result<i64> {
         .get_result::<LastId>(conn)
         .await
         .map(|row| row.id)
-        .map_err(Error::database)
+        .map_err(mysql_error)
 }
 
 /// Inserts `rows` in one statement; returns the first row's id.
@@ -123,7 +123,7 @@ async fn insert(conn: &mut AsyncMysqlConnection, rows: &[Row], on_duplicate: boo
             query = query.bind::<Datetime, _>(at);
         }
     }
-    query.execute(conn).await.map_err(Error::database)?;
+    query.execute(conn).await.map_err(mysql_error)?;
     last_insert_id(conn).await
 }
 

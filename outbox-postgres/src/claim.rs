@@ -18,7 +18,7 @@ use outbox_core::{
     transition::{self, Availability, EXPIRED_ERROR},
 };
 
-use outbox_diesel::micros;
+use outbox_diesel::{micros, postgres_error};
 
 use crate::row::TaskRow;
 
@@ -82,7 +82,7 @@ pub(crate) async fn one(
             .get_result(conn)
             .await
             .optional()
-            .map_err(Error::database)?;
+            .map_err(postgres_error)?;
         if let Some(row) = claimed {
             return Ok(ClaimOutcome::Claimed(Box::new(Record::try_from(row)?)));
         }
@@ -91,7 +91,7 @@ pub(crate) async fn one(
             .get_result(conn)
             .await
             .optional()
-            .map_err(Error::database)?;
+            .map_err(postgres_error)?;
         let Some(inspected) = inspected else {
             return Ok(ClaimOutcome::NotFound);
         };
@@ -104,7 +104,7 @@ pub(crate) async fn one(
                     .bind::<Text, _>(EXPIRED_ERROR)
                     .execute(conn)
                     .await
-                    .map_err(Error::database)?;
+                    .map_err(postgres_error)?;
                 if expired == 1 {
                     return Ok(ClaimOutcome::Expired);
                 }
@@ -164,7 +164,7 @@ pub(crate) async fn due(
         .bind::<Nullable<Timestamptz>, _>(request.due_by)
         .load(conn)
         .await
-        .map_err(Error::database)?;
+        .map_err(postgres_error)?;
     let mut records = rows
         .into_iter()
         .map(Record::try_from)
