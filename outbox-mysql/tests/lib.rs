@@ -4,4 +4,5 @@
 mod conformance {
     outbox_testkit::conformance_tests!(outbox_testkit::mysql::MysqlTestDb);
 }
+mod database_errors;
 mod time_zone;
