@@ -1,8 +1,10 @@
 //! The error type every outbox operation returns.
 
+use std::fmt;
+
 use chrono::{DateTime, Utc};
 
-use crate::{HandlerKey, TaskId};
+use crate::{DatabaseErrorKind, HandlerKey, TaskId};
 
 /// Result alias used throughout the outbox crates.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -117,8 +119,34 @@ pub enum Error {
         reason: String,
     },
     /// The database or the connection pool failed.
-    #[error("database error: {0}")]
-    Database(#[source] BoxError),
+    ///
+    /// The message names the kind and the server's code, for example
+    /// `database error (deadlock, 40P01)`; the driver's own message is the
+    /// [`source`](std::error::Error::source), so printing the chain (`{:#}`
+    /// with `anyhow`) shows it once.
+    #[error("database error ({kind}{})", CodeSuffix(code.as_deref()))]
+    Database {
+        /// What kind of failure it was; decides [`Error::is_retryable`].
+        kind: DatabaseErrorKind,
+        /// The server's error code (a PostgreSQL SQLSTATE such as `40P01`, a
+        /// MySQL/MariaDB error number such as `1213`) when it is known.
+        code: Option<String>,
+        /// The driver's or the pool's error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+/// `, <code>` after the kind in [`Error::Database`]'s message, when there is a code.
+struct CodeSuffix<'a>(Option<&'a str>);
+
+impl fmt::Display for CodeSuffix<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(code) => write!(f, ", {code}"),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Error {
@@ -130,9 +158,65 @@ impl Error {
         }
     }
 
-    /// Wraps a driver or pool error as [`Error::Database`].
+    /// Wraps a driver or pool error as [`Error::Database`] of kind
+    /// [`DatabaseErrorKind::Other`] without a code: for failures nothing is
+    /// known about (use [`Error::database_with`] when the kind is known).
     pub fn database(source: impl Into<BoxError>) -> Self {
-        Self::Database(source.into())
+        Self::database_with(DatabaseErrorKind::Other, None, source)
+    }
+
+    /// Wraps a driver or pool error as [`Error::Database`] of `kind`, with
+    /// the server's error `code` if known.
+    pub fn database_with(
+        kind: DatabaseErrorKind,
+        code: Option<String>,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        Self::Database {
+            kind,
+            code,
+            source: source.into(),
+        }
+    }
+
+    /// This error's message followed by the message of each of its sources,
+    /// separated by `: ` (what `anyhow` prints for `{:#}`): for logs and
+    /// stored text, where the driver's own words must not be lost.
+    ///
+    /// ```
+    /// use outbox_core::{DatabaseErrorKind, Error};
+    ///
+    /// let error = Error::database_with(DatabaseErrorKind::Deadlock, Some("40P01".into()), "deadlock detected");
+    /// assert_eq!(error.to_string(), "database error (deadlock, 40P01)");
+    /// assert_eq!(error.chain(), "database error (deadlock, 40P01): deadlock detected");
+    /// ```
+    pub fn chain(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        text
+    }
+
+    /// The kind of an [`Error::Database`]; `None` for every other variant.
+    pub fn database_kind(&self) -> Option<DatabaseErrorKind> {
+        match self {
+            Self::Database { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
+
+    /// The server's error code of an [`Error::Database`], when known (a
+    /// PostgreSQL SQLSTATE such as `23505`, a MySQL/MariaDB error number such
+    /// as `1062`); `None` for every other variant.
+    pub fn database_code(&self) -> Option<&str> {
+        match self {
+            Self::Database { code, .. } => code.as_deref(),
+            _ => None,
+        }
     }
 
     /// The field named by an [`Error::InvalidArgument`] or [`Error::Config`].
@@ -144,12 +228,15 @@ impl Error {
     }
 
     /// Whether calling again later may succeed without anyone changing anything:
-    /// true for database faults, busy, blocked or not-yet-due tasks, tasks
-    /// without a handler, and handler failures that will be retried.
+    /// true for transient database failures (see
+    /// [`DatabaseErrorKind::is_retryable`]: connection, pool timeout,
+    /// serialization, deadlock, lock timeout), busy, blocked or not-yet-due
+    /// tasks, tasks without a handler, and handler failures that will be
+    /// retried.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Database(_)
-            | Self::Busy { .. }
+            Self::Database { kind, .. } => kind.is_retryable(),
+            Self::Busy { .. }
             | Self::NotDue { .. }
             | Self::Blocked { .. }
             | Self::Deferred(_)
@@ -157,5 +244,86 @@ impl Error {
             Self::Handler { will_retry, .. } => *will_retry,
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DatabaseErrorKind, Error};
+    use crate::TaskId;
+
+    const SERVER_SAYS: &str = "deadlock detected";
+
+    #[test]
+    fn the_chain_shows_the_driver_message_once() {
+        let error = Error::database_with(
+            DatabaseErrorKind::Deadlock,
+            Some("40P01".to_owned()),
+            SERVER_SAYS,
+        );
+        assert_eq!(error.to_string(), "database error (deadlock, 40P01)");
+        let chain = format!("{:#}", anyhow::Error::from(error));
+        assert_eq!(chain, "database error (deadlock, 40P01): deadlock detected");
+        assert_eq!(chain.matches(SERVER_SAYS).count(), 1);
+    }
+
+    #[test]
+    fn an_unknown_failure_is_other_without_a_code() {
+        let error = Error::database(SERVER_SAYS);
+        assert_eq!(error.to_string(), "database error (other)");
+        assert_eq!(error.database_kind(), Some(DatabaseErrorKind::Other));
+        assert_eq!(error.database_code(), None);
+        let chain = format!("{:#}", anyhow::Error::from(error));
+        assert_eq!(chain.matches(SERVER_SAYS).count(), 1, "{chain}");
+    }
+
+    #[test]
+    fn accessors_read_the_kind_and_code() {
+        let error = Error::database_with(
+            DatabaseErrorKind::UniqueViolation,
+            Some("23505".to_owned()),
+            "duplicate key value violates unique constraint",
+        );
+        assert_eq!(
+            error.database_kind(),
+            Some(DatabaseErrorKind::UniqueViolation)
+        );
+        assert_eq!(error.database_code(), Some("23505"));
+        let other = Error::NotFound(TaskId::new(1));
+        assert_eq!(other.database_kind(), None);
+        assert_eq!(other.database_code(), None);
+    }
+
+    #[test]
+    fn only_transient_database_failures_are_retryable() {
+        for (kind, retryable) in [
+            (DatabaseErrorKind::Connection, true),
+            (DatabaseErrorKind::PoolTimeout, true),
+            (DatabaseErrorKind::Serialization, true),
+            (DatabaseErrorKind::Deadlock, true),
+            (DatabaseErrorKind::LockTimeout, true),
+            (DatabaseErrorKind::UniqueViolation, false),
+            (DatabaseErrorKind::ForeignKeyViolation, false),
+            (DatabaseErrorKind::CheckViolation, false),
+            (DatabaseErrorKind::NotNullViolation, false),
+            (DatabaseErrorKind::ReadOnly, false),
+            (DatabaseErrorKind::Other, false),
+        ] {
+            let error = Error::database_with(kind, None, "x");
+            assert_eq!(error.is_retryable(), retryable, "{kind}");
+        }
+        assert!(!Error::database("syntax error at or near \"SELEC\"").is_retryable());
+    }
+
+    #[test]
+    fn other_variants_keep_their_retryability() {
+        let id = TaskId::new(7);
+        let at = chrono::DateTime::<chrono::Utc>::UNIX_EPOCH;
+        assert!(Error::Busy { id, until: at }.is_retryable());
+        assert!(Error::NotDue { id, at }.is_retryable());
+        assert!(Error::Blocked { id }.is_retryable());
+        assert!(!Error::NotFound(id).is_retryable());
+        assert!(!Error::Failed(id).is_retryable());
+        assert!(!Error::NotTransaction.is_retryable());
     }
 }

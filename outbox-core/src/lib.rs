@@ -37,6 +37,7 @@
 
 mod attempt;
 mod config;
+mod db_error;
 mod delivery;
 mod error;
 mod handler;
@@ -59,6 +60,7 @@ mod worker;
 
 pub use async_trait::async_trait;
 pub use config::WorkerConfig;
+pub use db_error::DatabaseErrorKind;
 pub use delivery::Delivery;
 pub use error::{BoxError, Error, Result};
 pub use handler::{Handler, HandlerError, HandlerFn, HandlerKey, handler_fn};

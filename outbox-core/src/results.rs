@@ -60,10 +60,13 @@ impl<S: Store> Worker<S> {
             let refused = &part[0];
             tracing::warn!(
                 task_id = refused.fence.id.get(),
-                %error,
+                error = %error.chain(),
                 "a result could not be written; recording the failure instead"
             );
-            let reason = format!("the attempt's result could not be written: {error}");
+            let reason = format!(
+                "the attempt's result could not be written: {}",
+                error.chain()
+            );
             let failure = transition::fail(refused.fence.clone(), &reason);
             match self.write(std::slice::from_ref(&failure)).await {
                 Ok(applied) => {
@@ -74,7 +77,7 @@ impl<S: Store> Worker<S> {
                 Err(error) => {
                     tracing::warn!(
                         task_id = refused.fence.id.get(),
-                        %error,
+                        error = %error.chain(),
                         "nor could its failure be written; the task runs again once its lease lapses"
                     );
                     report.dropped += 1;

@@ -173,7 +173,7 @@ impl<S: Store> Worker<S> {
             let _slot = slot;
             let result = worker.send(id).await;
             if let Err(error) = &result {
-                tracing::warn!(task_id = id.get(), %error, "asynchronous send did not deliver");
+                tracing::warn!(task_id = id.get(), error = %error.chain(), "asynchronous send did not deliver");
             }
             result
         })

@@ -50,5 +50,5 @@ where
     tokio::task::spawn_blocking(move || run(&mut AsyncMigrationHarness::new(conn)))
         .await
         .map_err(Error::database)?
-        .map_err(Error::Database)
+        .map_err(Error::database)
 }

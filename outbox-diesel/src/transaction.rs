@@ -9,7 +9,7 @@ pub fn require_transaction<C: AsyncConnection>(conn: &mut C) -> Result<()> {
     match C::TransactionManager::transaction_manager_status_mut(conn).transaction_depth() {
         Ok(Some(_)) => Ok(()),
         Ok(None) => Err(Error::NotTransaction),
-        Err(e) => Err(Error::database(e)),
+        Err(e) => Err(crate::error::any_backend_error(e)),
     }
 }
 

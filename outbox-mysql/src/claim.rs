@@ -20,6 +20,7 @@ use outbox_core::{
     limits,
     transition::{self, Availability, EXPIRED_ERROR},
 };
+use outbox_diesel::mysql_error;
 
 use crate::{row::TaskRow, timestamp};
 
@@ -47,7 +48,7 @@ where
 {
     conn.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
         .await
-        .map_err(Error::database)?;
+        .map_err(mysql_error)?;
     conn.transaction::<T, TxError, _>(async |conn| body(conn).await.map_err(TxError::Outbox))
         .await
         .map_err(TxError::into_outbox)
@@ -69,7 +70,7 @@ impl TxError {
     fn into_outbox(self) -> Error {
         match self {
             Self::Outbox(error) => error,
-            Self::Diesel(error) => Error::database(error),
+            Self::Diesel(error) => mysql_error(error),
         }
     }
 }
@@ -94,7 +95,7 @@ pub(crate) async fn one(
             .get_result(conn)
             .await
             .optional()
-            .map_err(Error::database)?;
+            .map_err(mysql_error)?;
         let Some(locked) = locked else {
             return Ok(ClaimOutcome::NotFound);
         };
@@ -179,7 +180,7 @@ async fn set_leases(
     .bind::<Datetime, _>(now.naive_utc())
     .execute(conn)
     .await
-    .map_err(Error::database)?;
+    .map_err(mysql_error)?;
     Ok(())
 }
 
@@ -197,7 +198,7 @@ async fn expire(conn: &mut AsyncMysqlConnection, ids: &[TaskId], now: DateTime<U
     .bind::<Text, _>(EXPIRED_ERROR)
     .execute(conn)
     .await
-    .map_err(Error::database)?;
+    .map_err(mysql_error)?;
     Ok(())
 }
 
@@ -215,8 +216,8 @@ async fn decode_or_fail(
         Ok(record) => return Ok(Some(record)),
         Err(error) => error,
     };
-    tracing::warn!(task_id = id, %error, "failing a task whose row cannot be decoded");
-    let reason = limits::storable_error(&format!("stored row is unreadable: {error}"));
+    tracing::warn!(task_id = id, error = %error.chain(), "failing a task whose row cannot be decoded");
+    let reason = limits::storable_error(&format!("stored row is unreadable: {}", error.chain()));
     diesel::sql_query(
         "UPDATE outbox_tasks SET status = 'failed', finished_at = ?, updated_at = ?, \
          last_error = ?, lease_owner = NULL, lease_expires_at = NULL WHERE id = ?",
@@ -227,7 +228,7 @@ async fn decode_or_fail(
     .bind::<BigInt, _>(id)
     .execute(conn)
     .await
-    .map_err(Error::database)?;
+    .map_err(mysql_error)?;
     Ok(None)
 }
 
@@ -263,7 +264,7 @@ pub(crate) async fn due(
             .bind::<BigInt, _>(limit)
             .load(conn)
             .await
-            .map_err(Error::database)?;
+            .map_err(mysql_error)?;
         let mut records = Vec::with_capacity(locked.len());
         let (mut claimed, mut expired) = (Vec::new(), Vec::new());
         for row in locked {

@@ -5,8 +5,8 @@ use diesel::{
     sql_types::{BigInt, Bool, Text},
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
-use outbox_core::{Error, Result, Status, transition::Completion};
-use outbox_diesel::micros;
+use outbox_core::{Result, Status, transition::Completion};
+use outbox_diesel::{micros, mysql_error};
 
 /// Writes `completions`; returns how many rows were still current and applied.
 ///
@@ -107,7 +107,7 @@ async fn write_chunk(conn: &mut AsyncMysqlConnection, completions: &[Completion]
     for c in completions {
         query = bind_claim(query, c).bind::<Text, _>(&c.fence.owner);
     }
-    let applied = query.execute(conn).await.map_err(Error::database)?;
+    let applied = query.execute(conn).await.map_err(mysql_error)?;
     Ok(applied as u64)
 }
 
@@ -157,6 +157,6 @@ async fn succeed(
     for c in completions {
         query = bind_claim(query, c);
     }
-    let applied = query.execute(conn).await.map_err(Error::database)?;
+    let applied = query.execute(conn).await.map_err(mysql_error)?;
     Ok(applied as u64)
 }

@@ -13,7 +13,7 @@ use diesel::{
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
 use outbox_core::{Error, Result, Task, TaskId};
-use outbox_diesel::require_transaction;
+use outbox_diesel::{mysql_error, require_transaction};
 
 use crate::timestamp;
 
@@ -105,7 +105,7 @@ async fn inserted_ids(conn: &mut AsyncMysqlConnection) -> Result<InsertedIds> {
     )
     .get_result::<InsertedIds>(conn)
     .await
-    .map_err(Error::database)
+    .map_err(mysql_error)
 }
 
 /// Inserts `rows` in one statement; returns where their ids are.
@@ -150,7 +150,7 @@ async fn insert(
             query = query.bind::<Datetime, _>(at);
         }
     }
-    query.execute(conn).await.map_err(Error::database)?;
+    query.execute(conn).await.map_err(mysql_error)?;
     inserted_ids(conn).await
 }
 

@@ -8,8 +8,8 @@ use diesel::{
     sql_types::{BigInt, Nullable, Text},
 };
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
-use outbox_core::{Error, Maintenance, Result, Stats, Status, TaskId};
-use outbox_diesel::micros;
+use outbox_core::{Maintenance, Result, Stats, Status, TaskId};
+use outbox_diesel::{micros, mysql_error};
 
 use crate::MysqlStore;
 
@@ -59,11 +59,11 @@ impl Maintenance for MysqlStore {
         let counts: Vec<Count> = diesel::sql_query(COUNTS)
             .load(&mut *conn)
             .await
-            .map_err(Error::database)?;
+            .map_err(mysql_error)?;
         let oldest: Micros = diesel::sql_query(OLDEST_DUE)
             .get_result(&mut *conn)
             .await
-            .map_err(Error::database)?;
+            .map_err(mysql_error)?;
         let mut stats = Stats::default();
         for count in counts {
             let n = u64::try_from(count.n).unwrap_or(0);
@@ -83,7 +83,7 @@ impl Maintenance for MysqlStore {
             .bind::<BigInt, _>(id.get())
             .execute(&mut *self.conn().await?)
             .await
-            .map_err(Error::database)?;
+            .map_err(mysql_error)?;
         Ok(changed == 1)
     }
 
@@ -93,13 +93,13 @@ impl Maintenance for MysqlStore {
         // never blocks the application's inserts.
         conn.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
             .await
-            .map_err(Error::database)?;
+            .map_err(mysql_error)?;
         let deleted = diesel::sql_query(PURGE)
             .bind::<BigInt, _>(micros(older_than))
             .bind::<BigInt, _>(i64::from(limit))
             .execute(&mut *conn)
             .await
-            .map_err(Error::database)?;
+            .map_err(mysql_error)?;
         Ok(deleted as u64)
     }
 
@@ -107,7 +107,7 @@ impl Maintenance for MysqlStore {
         let next: Micros = diesel::sql_query(NEXT_DUE)
             .get_result(&mut *self.conn().await?)
             .await
-            .map_err(Error::database)?;
+            .map_err(mysql_error)?;
         Ok(next.us.map(duration_us))
     }
 }

@@ -2,7 +2,8 @@
 
 use diesel::prelude::*;
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
-use outbox_core::{Error, Record, Result, TaskId};
+use outbox_core::{Record, Result, TaskId};
+use outbox_diesel::mysql_error;
 
 use crate::{row::TaskRow, schema::outbox_tasks};
 
@@ -14,7 +15,7 @@ pub(crate) async fn get(conn: &mut AsyncMysqlConnection, id: TaskId) -> Result<O
         .first(conn)
         .await
         .optional()
-        .map_err(Error::database)?
+        .map_err(mysql_error)?
         .map(Record::try_from)
         .transpose()
 }

@@ -3,6 +3,7 @@
 use diesel::{QueryableByName, sql_types::Text};
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
 use outbox_core::{Error, Result};
+use outbox_diesel::mysql_error;
 
 /// Facts about the server that change how the store works.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +33,7 @@ pub(crate) async fn inspect(conn: &mut AsyncMysqlConnection) -> Result<ServerInf
     )
     .get_result(conn)
     .await
-    .map_err(Error::database)?;
+    .map_err(mysql_error)?;
     if !supports_skip_locked(&facts.version) {
         return Err(Error::Unsupported(format!(
             "server {} lacks FOR UPDATE SKIP LOCKED; MariaDB 10.6 or MySQL 8.0.1 or later is needed",

@@ -13,6 +13,7 @@ use outbox_core::{
     BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Store, Task, TaskId,
     telemetry, transition::Completion,
 };
+use outbox_diesel::mysql_pool_error;
 use tokio::sync::OnceCell;
 
 use crate::{
@@ -64,7 +65,7 @@ impl MysqlStore {
     }
 
     pub(crate) async fn conn(&self) -> Result<Object<AsyncMysqlConnection>> {
-        self.pool.get().await.map_err(Error::database)
+        self.pool.get().await.map_err(mysql_pool_error)
     }
 
     /// The server's facts, read on `conn` the first time they are needed.

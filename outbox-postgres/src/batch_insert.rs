@@ -15,6 +15,7 @@ use diesel::{
 use diesel_async::AsyncPgConnection;
 use diesel_async::RunQueryDsl;
 use outbox_core::{Error, Result, Task, TaskId};
+use outbox_diesel::postgres_error;
 
 #[derive(QueryableByName)]
 struct NewId {
@@ -182,7 +183,7 @@ pub(crate) async fn insert(
         .query
         .take()
         .ok_or_else(|| Error::database("the batch insert was already built"))?;
-    let rows: Vec<NewId> = query.sql(sql).load(conn).await.map_err(Error::database)?;
+    let rows: Vec<NewId> = query.sql(sql).load(conn).await.map_err(postgres_error)?;
     if rows.len() != tasks.len() {
         return Err(Error::database(format!(
             "inserted {} rows for {} tasks",

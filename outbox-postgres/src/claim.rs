@@ -18,7 +18,7 @@ use outbox_core::{
     transition::{self, Availability, EXPIRED_ERROR, Fence},
 };
 
-use outbox_diesel::micros;
+use outbox_diesel::{micros, postgres_error};
 
 use crate::{complete, row::TaskRow};
 
@@ -82,7 +82,7 @@ pub(crate) async fn one(
             .get_result(conn)
             .await
             .optional()
-            .map_err(Error::database)?;
+            .map_err(postgres_error)?;
         if let Some(row) = claimed {
             let record = decode_claimed(conn, vec![row], &lease.owner).await?;
             return match record.into_iter().next() {
@@ -96,7 +96,7 @@ pub(crate) async fn one(
             .get_result(conn)
             .await
             .optional()
-            .map_err(Error::database)?;
+            .map_err(postgres_error)?;
         let Some(inspected) = inspected else {
             return Ok(ClaimOutcome::NotFound);
         };
@@ -109,7 +109,7 @@ pub(crate) async fn one(
                     .bind::<Text, _>(EXPIRED_ERROR)
                     .execute(conn)
                     .await
-                    .map_err(Error::database)?;
+                    .map_err(postgres_error)?;
                 if expired == 1 {
                     return Ok(ClaimOutcome::Expired);
                 }
@@ -169,7 +169,7 @@ pub(crate) async fn due(
         .bind::<Nullable<Timestamptz>, _>(request.due_by)
         .load(conn)
         .await
-        .map_err(Error::database)?;
+        .map_err(postgres_error)?;
     let mut records = decode_claimed(conn, rows, &request.lease.owner).await?;
     records.sort_by_key(|record| record.id);
     Ok(records)
@@ -196,8 +196,8 @@ async fn decode_claimed(
         match Record::try_from(row) {
             Ok(record) => records.push(record),
             Err(error) => {
-                tracing::warn!(task_id = fence.id.get(), %error, "failing a task whose row cannot be decoded");
-                let reason = format!("stored row is unreadable: {error}");
+                tracing::warn!(task_id = fence.id.get(), error = %error.chain(), "failing a task whose row cannot be decoded");
+                let reason = format!("stored row is unreadable: {}", error.chain());
                 unreadable.push(transition::fail(fence, &reason));
             }
         }
@@ -205,7 +205,7 @@ async fn decode_claimed(
     if !unreadable.is_empty()
         && let Err(error) = complete::write(conn, &unreadable).await
     {
-        tracing::warn!(%error, "could not fail the tasks whose rows cannot be decoded");
+        tracing::warn!(error = %error.chain(), "could not fail the tasks whose rows cannot be decoded");
     }
     Ok(records)
 }

@@ -2,9 +2,9 @@
 
 use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use outbox_core::{Error, Result, Status, transition::Completion};
+use outbox_core::{Result, Status, transition::Completion};
 
-use outbox_diesel::micros;
+use outbox_diesel::{micros, postgres_error};
 
 /// Applies each result only while `id`, `lease_owner` and `attempts` still
 /// match its claim ([`outbox_core::transition::complete`] in SQL).
@@ -57,7 +57,7 @@ pub(crate) async fn write(conn: &mut AsyncPgConnection, completions: &[Completio
         .bind::<Array<Bool>, _>(column(completions, |c| c.released))
         .execute(conn)
         .await
-        .map_err(Error::database)?;
+        .map_err(postgres_error)?;
     Ok(applied as u64)
 }
 
@@ -72,7 +72,7 @@ async fn succeed(
         .bind::<Text, _>(owner)
         .execute(conn)
         .await
-        .map_err(Error::database)?;
+        .map_err(postgres_error)?;
     Ok(applied as u64)
 }
 

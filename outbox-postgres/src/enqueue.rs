@@ -9,7 +9,7 @@ use diesel::{
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use outbox_core::{Error, Result, Task, TaskId};
-use outbox_diesel::require_transaction;
+use outbox_diesel::{postgres_error, require_transaction};
 
 use crate::{batch_insert, schema::outbox_tasks, timestamp};
 
@@ -61,7 +61,7 @@ pub(crate) async fn one(conn: &mut AsyncPgConnection, task: Task) -> Result<Task
             .get_result::<i64>(conn)
             .await
             .optional()
-            .map_err(Error::database)?;
+            .map_err(postgres_error)?;
         if let Some(id) = inserted {
             return Ok(TaskId::new(id));
         }
@@ -154,7 +154,7 @@ where
         )
         .load(conn)
         .await
-        .map_err(Error::database)
+        .map_err(postgres_error)
 }
 
 /// Inserts `tasks` in one statement and returns their ids in input order.
@@ -189,7 +189,7 @@ pub(crate) async fn many(conn: &mut AsyncPgConnection, tasks: Vec<Task>) -> Resu
             .select((outbox_tasks::dedup_key.assume_not_null(), outbox_tasks::id))
             .load::<(String, i64)>(conn)
             .await
-            .map_err(Error::database)?
+            .map_err(postgres_error)?
             .into_iter()
             .collect()
     };
@@ -214,5 +214,5 @@ async fn existing(conn: &mut AsyncPgConnection, key: &str) -> Result<Option<Task
         .await
         .optional()
         .map(|id| id.map(TaskId::new))
-        .map_err(Error::database)
+        .map_err(postgres_error)
 }

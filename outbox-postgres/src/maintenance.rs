@@ -8,8 +8,8 @@ use diesel::{
 };
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use futures_util::StreamExt;
-use outbox_core::{Error, Maintenance, Result, Stats, TaskId, Wakeups};
-use outbox_diesel::micros;
+use outbox_core::{Maintenance, Result, Stats, TaskId, Wakeups};
+use outbox_diesel::{micros, postgres_error};
 use tokio::sync::mpsc;
 
 use crate::PgStore;
@@ -76,7 +76,7 @@ impl Maintenance for PgStore {
         let counts: Counts = diesel::sql_query(STATS)
             .get_result(&mut *self.conn().await?)
             .await
-            .map_err(Error::database)?;
+            .map_err(postgres_error)?;
         let mut stats = Stats::default();
         stats.pending = to_u64(counts.pending);
         stats.succeeded = to_u64(counts.succeeded);
@@ -90,7 +90,7 @@ impl Maintenance for PgStore {
             .bind::<BigInt, _>(id.get())
             .execute(&mut *self.conn().await?)
             .await
-            .map_err(Error::database)?;
+            .map_err(postgres_error)?;
         Ok(changed == 1)
     }
 
@@ -100,7 +100,7 @@ impl Maintenance for PgStore {
             .bind::<BigInt, _>(i64::from(limit))
             .execute(&mut *self.conn().await?)
             .await
-            .map_err(Error::database)?;
+            .map_err(postgres_error)?;
         Ok(deleted as u64)
     }
 
@@ -108,7 +108,7 @@ impl Maintenance for PgStore {
         let next: Micros = diesel::sql_query(NEXT_DUE)
             .get_result(&mut *self.conn().await?)
             .await
-            .map_err(Error::database)?;
+            .map_err(postgres_error)?;
         Ok(next.us.map(duration_us))
     }
 
@@ -120,7 +120,7 @@ impl Maintenance for PgStore {
         let mut conn = diesel_async::pooled_connection::deadpool::Object::take(self.conn().await?);
         conn.batch_execute(&format!("LISTEN {CHANNEL}"))
             .await
-            .map_err(Error::database)?;
+            .map_err(postgres_error)?;
         let (sender, receiver) = mpsc::channel::<()>(1);
         tokio::spawn(async move {
             let notifications = conn.notifications_stream();

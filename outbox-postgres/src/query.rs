@@ -2,7 +2,8 @@
 
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use outbox_core::{Error, Record, Result, TaskId};
+use outbox_core::{Record, Result, TaskId};
+use outbox_diesel::postgres_error;
 
 use crate::{row::TaskRow, schema::outbox_tasks};
 
@@ -14,7 +15,7 @@ pub(crate) async fn get(conn: &mut AsyncPgConnection, id: TaskId) -> Result<Opti
         .first(conn)
         .await
         .optional()
-        .map_err(Error::database)?
+        .map_err(postgres_error)?
         .map(Record::try_from)
         .transpose()
 }

@@ -11,6 +11,7 @@ use outbox_core::{
     BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Store, Task, TaskId,
     telemetry, transition::Completion,
 };
+use outbox_diesel::{postgres_error, postgres_pool_error};
 
 use diesel_async::RunQueryDsl;
 
@@ -83,13 +84,13 @@ impl PgStore {
             diesel::sql_query(NOTIFY)
                 .execute(conn)
                 .await
-                .map_err(Error::database)?;
+                .map_err(postgres_error)?;
         }
         Ok(())
     }
 
     pub(crate) async fn conn(&self) -> Result<Object<AsyncPgConnection>> {
-        self.pool.get().await.map_err(Error::database)
+        self.pool.get().await.map_err(postgres_pool_error)
     }
 }
 

@@ -201,7 +201,7 @@ impl<S: Maintenance> Relay<S> {
             Ok(records) => records,
             Err(error) => {
                 report.errors += 1;
-                tracing::warn!(%error, "relay could not claim tasks");
+                tracing::warn!(error = %error.chain(), "relay could not claim tasks");
                 return Err(());
             }
         };
@@ -248,7 +248,7 @@ impl<S: Maintenance> Relay<S> {
             Ok(_) => self.config.poll_interval,
             Err(error) => {
                 report.errors += 1;
-                tracing::warn!(%error, "relay could not read the next due time");
+                tracing::warn!(error = %error.chain(), "relay could not read the next due time");
                 self.config.poll_interval
             }
         }
@@ -265,7 +265,7 @@ impl<S: Maintenance> Relay<S> {
                 Ok(purged) => report.purged += purged,
                 Err(error) => {
                     report.errors += 1;
-                    tracing::warn!(%error, "relay could not purge finished tasks");
+                    tracing::warn!(error = %error.chain(), "relay could not purge finished tasks");
                 }
             }
         }
@@ -273,7 +273,7 @@ impl<S: Maintenance> Relay<S> {
             Ok(stats) => telemetry::backlog(stats.pending),
             Err(error) => {
                 report.errors += 1;
-                tracing::warn!(%error, "relay could not read stats");
+                tracing::warn!(error = %error.chain(), "relay could not read stats");
             }
         }
     }
@@ -283,7 +283,7 @@ impl<S: Maintenance> Relay<S> {
             Ok(wakeups) => wakeups,
             Err(error) => {
                 report.errors += 1;
-                tracing::warn!(%error, "relay could not subscribe to wake-ups; polling");
+                tracing::warn!(error = %error.chain(), "relay could not subscribe to wake-ups; polling");
                 None
             }
         }

@@ -128,7 +128,7 @@ impl ResultWriter {
                 }
                 Err(error) => {
                     report.errors += 1;
-                    tracing::warn!(%error, pending = batch.len(), "relay could not write results; will retry");
+                    tracing::warn!(error = %error.chain(), pending = batch.len(), "relay could not write results; will retry");
                     kept.extend(batch);
                 }
             }
