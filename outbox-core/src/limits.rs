@@ -49,11 +49,11 @@ pub const MAX_DURATION: Duration = Duration::from_secs(36_525 * 24 * 60 * 60);
 /// one purge statement deletes
 /// ([`RelayConfig::purge_batch`](crate::RelayConfig::purge_batch)): 5,000.
 ///
-/// The results of a full batch are written back in one statement. On
-/// MySQL/MariaDB that statement binds up to a dozen parameters per result,
-/// and a prepared statement takes at most 65,535 parameters: 5,000 results
-/// fit with room to spare, 10,000 failed ones would not. A purge binds nothing per row,
-/// but a larger purge statement only holds its locks longer.
+/// The results of a full batch are written back together. On MySQL/MariaDB a
+/// result binds up to 18 parameters and a prepared statement takes at most
+/// 65,535, so the backend writes at most 2,000 results per statement and a
+/// full batch takes at most three. A purge binds nothing per row, but a
+/// larger purge statement only holds its locks longer.
 pub const MAX_BATCH_SIZE: usize = 5_000;
 
 /// Most handlers one worker runs at once

@@ -28,8 +28,9 @@ pub struct Record {
     /// Claims taken, including one in flight and claims given back before
     /// their handler started; the fence of every completion write.
     pub attempts: i64,
-    /// Claims given back before their handler started (the relay had no free
-    /// slot, or too little of the lease was left). [`Record::runs`] leaves them out.
+    /// Claims given back before their handler started (the relay stopped
+    /// first, or too little of the lease was left). [`Record::runs`] leaves
+    /// them out.
     pub released: i64,
     /// Not claimable before this instant (backoff or schedule).
     pub next_attempt_at: DateTime<Utc>,
@@ -97,8 +98,8 @@ pub struct StoredRow {
 impl TryFrom<StoredRow> for Record {
     type Error = Error;
 
-    /// Fails with [`Error::Corrupt`] when the headers are not a string map or
-    /// the status is unknown.
+    /// Fails with [`Error::Corrupt`] when the headers are not a string map,
+    /// the status is unknown, or `released` is not within `0..=attempts`.
     fn try_from(row: StoredRow) -> Result<Self> {
         let id = TaskId::new(row.id);
         let corrupt = |field, reason: String| Error::Corrupt { id, field, reason };
@@ -108,6 +109,16 @@ impl TryFrom<StoredRow> for Record {
             .status
             .parse()
             .map_err(|e: crate::UnknownStatus| corrupt("status", e.to_string()))?;
+        if !(0..=row.attempts).contains(&row.released) {
+            // The table's CHECK says so, but not every server enforces CHECKs.
+            return Err(corrupt(
+                "released",
+                format!(
+                    "{} is not within 0..={} (attempts)",
+                    row.released, row.attempts
+                ),
+            ));
+        }
         let mut task = Task::new(row.kind, row.version, row.payload).headers(headers);
         task.ordering_key = row.ordering_key;
         task.dedup_key = row.dedup_key;

@@ -16,8 +16,7 @@ use diesel::{
 };
 use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
 use outbox_core::{
-    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Status, StoredRow, TaskId,
-    limits,
+    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Status, TaskId, limits,
     transition::{self, Availability, EXPIRED_ERROR},
 };
 use outbox_diesel::mysql_error;
@@ -202,33 +201,41 @@ async fn expire(conn: &mut AsyncMysqlConnection, ids: &[TaskId], now: DateTime<U
     Ok(())
 }
 
-/// Decodes a locked row. A row that cannot be decoded (written by another
-/// program or by hand) is failed in the claim's transaction with the reason
-/// in `last_error`, so it never blocks the rest of the batch: `None`.
+/// Decodes a locked row. A claimable row that cannot be decoded (written by
+/// another program or by hand) is failed in the claim's transaction with the
+/// reason in `last_error`, so it never blocks the rest of the batch: `None`.
+/// One that is not claimable now (finished, leased, not due) is left alone
+/// and its decoding error returned.
 async fn decode_or_fail(
     conn: &mut AsyncMysqlConnection,
     row: TaskRow,
     now: DateTime<Utc>,
 ) -> Result<Option<Record>> {
-    let row = StoredRow::from(row);
     let id = row.id;
     let error = match Record::try_from(row) {
         Ok(record) => return Ok(Some(record)),
         Err(error) => error,
     };
-    tracing::warn!(task_id = id, error = %error.chain(), "failing a task whose row cannot be decoded");
     let reason = limits::storable_error(&format!("stored row is unreadable: {}", error.chain()));
-    diesel::sql_query(
+    let failed = diesel::sql_query(
         "UPDATE outbox_tasks SET status = 'failed', finished_at = ?, updated_at = ?, \
-         last_error = ?, lease_owner = NULL, lease_expires_at = NULL WHERE id = ?",
+         last_error = ?, lease_owner = NULL, lease_expires_at = NULL \
+         WHERE id = ? AND status = 'pending' AND next_attempt_at <= ? \
+           AND (lease_expires_at IS NULL OR lease_expires_at <= ?)",
     )
     .bind::<Datetime, _>(now.naive_utc())
     .bind::<Datetime, _>(now.naive_utc())
     .bind::<Text, _>(reason)
     .bind::<BigInt, _>(id)
+    .bind::<Datetime, _>(now.naive_utc())
+    .bind::<Datetime, _>(now.naive_utc())
     .execute(conn)
     .await
     .map_err(mysql_error)?;
+    if failed == 0 {
+        return Err(error);
+    }
+    tracing::warn!(task_id = id, error = %error.chain(), "failed a task whose row cannot be decoded");
     Ok(None)
 }
 

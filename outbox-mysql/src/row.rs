@@ -2,7 +2,7 @@
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
-use outbox_core::{Error, Record, Result, StoredRow};
+use outbox_core::{Error, Record, Result, StoredRow, TaskId};
 
 use crate::{schema::outbox_tasks, timestamp::from_column};
 
@@ -15,8 +15,10 @@ pub(crate) struct TaskRow {
     version: i32,
     payload: Vec<u8>,
     headers: String,
-    ordering_key: Option<String>,
-    dedup_key: Option<String>,
+    /// Raw bytes: the column takes any, and a key another program wrote
+    /// that is not UTF-8 must fail its own row, not the whole claim.
+    ordering_key: Option<Vec<u8>>,
+    dedup_key: Option<Vec<u8>>,
     status: String,
     attempts: i64,
     released: i64,
@@ -35,24 +37,41 @@ impl TryFrom<TaskRow> for Record {
     type Error = Error;
 
     fn try_from(row: TaskRow) -> Result<Self> {
-        Record::try_from(StoredRow::from(row))
+        Record::try_from(StoredRow::try_from(row)?)
     }
 }
 
-impl From<TaskRow> for StoredRow {
-    fn from(row: TaskRow) -> Self {
+/// A key column's bytes as text; [`Error::Corrupt`] naming it when they are
+/// not UTF-8.
+fn key(id: i64, field: &'static str, bytes: Option<Vec<u8>>) -> Result<Option<String>> {
+    bytes
+        .map(String::from_utf8)
+        .transpose()
+        .map_err(|e| Error::Corrupt {
+            id: TaskId::new(id),
+            field,
+            reason: e.to_string(),
+        })
+}
+
+impl TryFrom<TaskRow> for StoredRow {
+    type Error = Error;
+
+    fn try_from(row: TaskRow) -> Result<Self> {
+        let ordering_key = key(row.id, "ordering_key", row.ordering_key)?;
+        let dedup_key = key(row.id, "dedup_key", row.dedup_key)?;
         // Text that is not JSON becomes a JSON string, which the shared
         // decoding then reports as corrupt headers.
         let headers =
             serde_json::from_str(&row.headers).unwrap_or(serde_json::Value::String(row.headers));
-        StoredRow {
+        Ok(StoredRow {
             id: row.id,
             kind: row.kind,
             version: row.version,
             payload: row.payload,
             headers,
-            ordering_key: row.ordering_key,
-            dedup_key: row.dedup_key,
+            ordering_key,
+            dedup_key,
             status: row.status,
             attempts: row.attempts,
             released: row.released,
@@ -65,6 +84,6 @@ impl From<TaskRow> for StoredRow {
             created_at: from_column(row.created_at),
             updated_at: from_column(row.updated_at),
             finished_at: row.finished_at.map(from_column),
-        }
+        })
     }
 }

@@ -14,11 +14,11 @@ diesel::table! {
         /// String headers as a JSON object (read as text).
         headers -> Text,
         /// Ordering key: UTF-8 in a `VARBINARY(255)` column, so the database
-        /// compares it byte for byte; read and written as text.
-        ordering_key -> Nullable<Varchar>,
+        /// compares it byte for byte; written as text, read as bytes.
+        ordering_key -> Nullable<Varbinary>,
         /// Idempotency key: UTF-8 in a `VARBINARY(255)` column, so the
-        /// database compares it byte for byte; read and written as text.
-        dedup_key -> Nullable<Varchar>,
+        /// database compares it byte for byte; written as text, read as bytes.
+        dedup_key -> Nullable<Varbinary>,
         /// `pending`, `succeeded` or `failed`.
         status -> Varchar,
         /// Claims taken, including those given back unstarted (the fence token).

@@ -7,3 +7,4 @@ mod conformance {
 mod auto_increment;
 mod database_errors;
 mod time_zone;
+mod unreadable_keys;

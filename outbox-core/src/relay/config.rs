@@ -253,7 +253,7 @@ impl RelayConfig {
                 field: "write_delay",
                 reason: format!(
                     "{:?} must be shorter than the worker's lease {:?}: a result held \
-                     back that long would find its claim lapsed",
+                     back that long would find its claim lapsed and taken over",
                     self.write_delay, worker.lease_duration
                 ),
             });

@@ -99,8 +99,11 @@ impl<S: Maintenance> Relay<S> {
         let config = &self.config;
         let mut report = RelayReport::default();
         let mut inflight = Inflight::new(self.worker.clone());
-        let mut writer =
-            ResultWriter::new(config.write_delay, config.batch_size, config.poll_interval);
+        // After a failed write, try again well within the lease.
+        let retry_delay = config
+            .poll_interval
+            .min(self.worker.config().lease_duration / 4);
+        let mut writer = ResultWriter::new(config.write_delay, config.batch_size, retry_delay);
         let mut wakeups = self.subscribe(&mut report).await;
         let mut next_purge = Instant::now();
         let mut resubscribe_at = later(Instant::now(), config.purge_interval);
@@ -177,7 +180,15 @@ impl<S: Maintenance> Relay<S> {
             }
         }
         self.drain(inflight, &mut writer).await;
-        writer.flush(&self.worker, &mut report).await;
+        // The last write, bounded like the wait for handlers.
+        let last_write = writer.flush(&self.worker, &mut report);
+        if tokio::time::timeout(config.shutdown_timeout, last_write)
+            .await
+            .is_err()
+        {
+            report.errors += 1;
+        }
+        writer.abandon(&mut report);
         report.peak_unwritten = writer.peak() as u64;
         report
     }

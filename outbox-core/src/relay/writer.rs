@@ -2,8 +2,10 @@
 //!
 //! Results wait here at most the relay's `write_delay` (or until a batch has
 //! piled up), so a finished task never stays leased until its lease lapses
-//! and is delivered again. A result whose lease has lapsed is dropped: the
-//! task is already claimable by others, and its fence would refuse the write.
+//! and is delivered again. A result that could not be written because of a
+//! passing fault waits for another try, unless its lease lapses meanwhile:
+//! then it is dropped instead of retried for ever, and the task (claimable
+//! again) runs again.
 
 use std::time::Duration;
 
@@ -95,13 +97,40 @@ impl ResultWriter {
         self.deadline().is_some_and(|at| at <= Instant::now())
     }
 
-    /// Writes every result, `batch_size` per statement. Results whose lease
-    /// lapsed are dropped; a batch refused for what it holds (not for a
-    /// passing fault) is split to isolate the rows that cannot be written,
-    /// and each of those is recorded as a failure of its task instead. What a
-    /// passing fault (connection lost, pool timeout) kept from being written
-    /// stays for the next call.
+    /// Writes every result, `batch_size` per statement. A batch refused for
+    /// what it holds (not for a passing fault) is split to isolate the rows
+    /// that cannot be written ([`Worker::write_results`]). At the first
+    /// passing fault (connection lost, pool timeout) the rest waits for the
+    /// next try; of what waits, results whose lease has lapsed since are
+    /// dropped rather than retried for ever: their tasks are claimable again.
     pub(super) async fn flush<S: Store>(&mut self, worker: &Worker<S>, report: &mut RelayReport) {
+        // A batch leaves the list only once its write returned, so a flush
+        // cut short (at the shutdown deadline) loses nothing it has not written.
+        while !self.unwritten.is_empty() {
+            let n = self.unwritten.len().min(self.batch_size);
+            let completions: Vec<Completion> = self.unwritten[..n]
+                .iter()
+                .map(|u| u.completion.clone())
+                .collect();
+            match worker.write_results(&completions).await {
+                Ok(written) => {
+                    self.unwritten.drain(..n);
+                    for completion in &written.written {
+                        count(report, completion);
+                    }
+                    report.dropped += written.dropped;
+                }
+                Err(error) => {
+                    report.errors += 1;
+                    tracing::warn!(
+                        error = %error.chain(),
+                        pending = self.unwritten.len(),
+                        "relay could not write results; will retry"
+                    );
+                    break;
+                }
+            }
+        }
         let now = Instant::now();
         let before = self.unwritten.len();
         self.unwritten.retain(|result| result.lease_ends > now);
@@ -110,33 +139,29 @@ impl ResultWriter {
             report.dropped += lapsed as u64;
             tracing::warn!(
                 lapsed,
-                "relay dropped results whose lease lapsed before they could be written"
+                "relay dropped unwritten results whose lease lapsed meanwhile"
             );
         }
-        let mut kept = Vec::new();
-        let pending = std::mem::take(&mut self.unwritten);
-        let mut rest = pending.into_iter().peekable();
-        while rest.peek().is_some() {
-            let batch: Vec<Unwritten> = rest.by_ref().take(self.batch_size).collect();
-            let completions: Vec<Completion> = batch.iter().map(|u| u.completion.clone()).collect();
-            match worker.write_results(&completions).await {
-                Ok(written) => {
-                    for completion in &written.written {
-                        count(report, completion);
-                    }
-                    report.dropped += written.dropped;
-                }
-                Err(error) => {
-                    report.errors += 1;
-                    tracing::warn!(error = %error.chain(), pending = batch.len(), "relay could not write results; will retry");
-                    kept.extend(batch);
-                }
-            }
-        }
-        self.unwritten = kept;
-        self.oldest = (!self.unwritten.is_empty()).then(Instant::now);
+        self.oldest = (!self.unwritten.is_empty()).then_some(now);
         self.retry_at = self.oldest.map(|now| super::later(now, self.retry_delay));
         telemetry::unwritten(self.unwritten.len());
+    }
+
+    /// Gives up on every result still waiting (the relay is stopping and its
+    /// last write failed): their tasks run again once their leases lapse.
+    pub(super) fn abandon(&mut self, report: &mut RelayReport) {
+        let left = self.unwritten.len();
+        if left > 0 {
+            report.dropped += left as u64;
+            tracing::warn!(
+                left,
+                "relay stopped with results it could not write; their tasks run again once their leases lapse"
+            );
+        }
+        self.unwritten.clear();
+        self.oldest = None;
+        self.retry_at = None;
+        telemetry::unwritten(0);
     }
 }
 

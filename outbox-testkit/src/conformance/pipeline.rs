@@ -110,7 +110,10 @@ pub async fn trickle_runs_each_handler_once_and_writes_promptly<B: TestBackend>(
     waited?;
 
     let calls = calls.snapshot();
-    let margin = chrono::TimeDelta::milliseconds(500);
+    // The write delay is 20 ms; the rest of the margin absorbs a loaded
+    // machine. Without the delay, results waited for the lease (30 s).
+    let margin = chrono::TimeDelta::milliseconds(750);
+    let mut slowest = chrono::TimeDelta::zero();
     for id in &ids {
         let ends = calls.get(id).cloned().unwrap_or_default();
         assert_eq!(ends.len(), 1, "task {id} ran {} times", ends.len());
@@ -119,11 +122,13 @@ pub async fn trickle_runs_each_handler_once_and_writes_promptly<B: TestBackend>(
             .finished_at
             .context("a succeeded task has finished_at")?;
         let waited = finished - ends[0];
+        slowest = slowest.max(waited);
         assert!(
             waited <= margin,
             "task {id}: its result reached the table {waited} after the handler ended"
         );
     }
+    eprintln!("slowest result write after its handler ended: {slowest}");
     assert_eq!(report.succeeded, 100, "{report:?}");
     assert_eq!(report.dropped, 0, "{report:?}");
     Ok(())
@@ -161,11 +166,15 @@ pub async fn poisoned_error_text_is_stored_and_neighbours_succeed<B: TestBackend
     assert_eq!(lossy.last_error, "broker said \u{fffd}\u{fffd}");
     assert_eq!(count_status(db, Status::Succeeded).await?, 4);
     assert_eq!(
-        (report.succeeded, report.failed, report.errors),
-        (4, 2, 0),
+        (
+            report.succeeded,
+            report.failed,
+            report.errors,
+            report.dropped
+        ),
+        (4, 2, 0, 0),
         "{report:?}"
     );
-    assert!(report.peak_unwritten <= 6, "{report:?}");
     Ok(())
 }
 
@@ -288,12 +297,26 @@ async fn unreadable_status<B: TestBackend>(db: &B, id: TaskId) -> anyhow::Result
     })
 }
 
-/// Concurrency 2, 12 tasks, three attempts each, a handler that always fails:
-/// every task's handler runs exactly three times before the task fails, so
-/// no claim the relay could not start yet was counted as an attempt.
+/// Concurrency 2, 12 tasks, three attempts each, a handler that always fails
+/// after 300 ms, and a lease (2 s) that covers a handler (1 s timeout) but not
+/// a long wait in a queue: every task's handler runs exactly three times
+/// before the task fails. A relay that claimed more than it could start
+/// would give the waiting claims back as their lease ran down, and each
+/// would have counted as an attempt.
 pub async fn claims_never_spend_attempts_unrun<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let (mock, handle) = handler::failing(usize::MAX);
-    let worker = worker(db, registry(mock)?, config("two-slots").concurrency(2))?;
+    let slow = handler_fn(move |delivery: Delivery| {
+        let mock = mock.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            outbox_core::Handler::handle(&mock, delivery).await
+        }
+    });
+    let config = config("two-slots")
+        .concurrency(2)
+        .handler_timeout(Duration::from_secs(1))
+        .lease_duration(Duration::from_secs(2));
+    let worker = worker(db, registry(slow)?, config)?;
     let relay = Relay::new(worker, RelayConfig::default())?;
     let ids = enqueue_committed(db, (0..12).map(|n| task(n).max_attempts(3)).collect()).await?;
     run_until(relay, async || {
