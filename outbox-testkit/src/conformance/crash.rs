@@ -53,9 +53,12 @@ fn recording_effect<B: TestBackend>(db: Arc<B>, owner: &'static str) -> impl Han
 }
 
 fn crash_config(owner: &str) -> WorkerConfig {
+    // As many handlers as the test database's pool has connections, so a
+    // handler's effect does not queue for one past its timeout.
     config(owner)
         .handler_timeout(Duration::from_millis(500))
         .lease_duration(Duration::from_secs(2))
+        .concurrency(8)
 }
 
 /// The child's side: when [`CHILD_URL_VAR`] is set, runs a relay on that
@@ -112,8 +115,10 @@ pub async fn killed_relay_loses_nothing<B: TestBackend>(
     child.start_kill()?;
     child.wait().await?;
 
+    // What the child claimed and did not finish: leased to it, or given back
+    // for a retry (a handler cut at its timeout on a loaded machine).
     let in_flight = db
-        .count("outbox_tasks WHERE status = 'pending' AND lease_owner = 'child'")
+        .count("outbox_tasks WHERE status = 'pending' AND attempts > 0")
         .await?;
     let finished_by_child = db.count("outbox_tasks WHERE status = 'succeeded'").await?;
     assert!(in_flight > 0, "nothing was in flight at the kill");
@@ -154,9 +159,19 @@ pub async fn killed_relay_loses_nothing<B: TestBackend>(
         .await?;
     assert_eq!(distinct, TASKS as i64, "a task was never delivered");
     let twice = rows - distinct;
-    eprintln!("killed with {in_flight} tasks in flight; {twice} tasks handled twice");
+    // A handler the child itself ran again before the kill (cut at its
+    // timeout, then retried) is at-least-once at work, not the crash.
+    let child_rows = db.count("deliveries WHERE owner = 'child'").await?;
+    let child_tasks = db
+        .count("(SELECT DISTINCT task_id FROM deliveries WHERE owner = 'child') AS c")
+        .await?;
+    let retried_by_child = child_rows - child_tasks;
+    eprintln!(
+        "killed with {in_flight} tasks in flight; {twice} tasks handled twice \
+         ({retried_by_child} of them retried by the child before the kill)"
+    );
     assert!(
-        twice <= in_flight,
+        twice - retried_by_child <= in_flight,
         "{twice} tasks were handled twice, more than the {in_flight} in flight at the kill"
     );
     Ok(())
