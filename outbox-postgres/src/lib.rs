@@ -50,6 +50,7 @@ mod complete;
 mod enqueue;
 mod maintenance;
 mod migrate;
+mod migration_lock;
 mod query;
 mod row;
 pub mod schema;
@@ -61,7 +62,8 @@ mod transaction;
 pub use outbox_core as outbox;
 
 pub use maintenance::CHANNEL;
-pub use migrate::{MIGRATIONS, revert_migrations, run_migrations};
+pub use migrate::{MIGRATIONS, migration_sql, revert_migrations, run_migrations};
+pub use outbox_diesel::MigrationSql;
 pub use store::PgStore;
 pub use transaction::transaction;
 
