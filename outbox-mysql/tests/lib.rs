@@ -5,4 +5,5 @@ mod conformance {
     outbox_testkit::conformance_tests!(outbox_testkit::mysql::MysqlTestDb);
 }
 mod auto_increment;
+mod migration_lock;
 mod time_zone;

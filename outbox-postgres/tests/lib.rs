@@ -4,4 +4,5 @@
 mod conformance {
     outbox_testkit::conformance_tests!(outbox_testkit::postgres::PgTestDb);
 }
+mod migration_lock;
 mod notify;
