@@ -41,7 +41,8 @@
 //! ```
 //!
 //! The table, its indexes and their reasons are in `migrations/`; apply them
-//! with [`run_migrations`] (or `cargo xtask migrate`). Times are
+//! with [`run_migrations`] (or `cargo xtask migrate`), or take their SQL from
+//! [`migration_sql`] into a migrations folder of your own. Times are
 //! `TIMESTAMPTZ(6)` instants on the database clock (see [`timestamp`]).
 
 mod batch_insert;
