@@ -1,8 +1,8 @@
 //! diesel-async glue shared by the outbox's database backends
-//! (`outbox-postgres`, `outbox-mysql`): migrations on any runtime, the
-//! transaction check of `enqueue`, enqueue-then-send transactions, pools,
-//! and the classification of diesel and pool errors into
-//! `outbox_core::Error::Database`.
+//! (`outbox-postgres`, `outbox-mysql`): migrations on any runtime under a
+//! session lock, and their SQL as text; the transaction check of `enqueue`,
+//! enqueue-then-send transactions, pools; and the classification of diesel
+//! and pool errors into `outbox_core::Error::Database`.
 //!
 //! Backend crates re-export what users need; depend on one of them rather
 //! than on this crate.
@@ -16,11 +16,15 @@
 
 mod error;
 mod migrate;
+mod migration_lock;
+mod migration_sql;
 mod pool;
 mod transaction;
 
 pub use error::{mysql_error, mysql_pool_error, postgres_error, postgres_pool_error};
 pub use migrate::{revert_migrations, run_migrations};
+pub use migration_lock::{MigrationConnection, MigrationLock};
+pub use migration_sql::MigrationSql;
 pub use pool::build_pool;
 pub use transaction::{require_transaction, transaction};
 

@@ -65,6 +65,7 @@ mod complete;
 mod enqueue;
 mod maintenance;
 mod migrate;
+mod migration_lock;
 mod query;
 mod row;
 pub mod schema;
@@ -76,6 +77,7 @@ mod transaction;
 /// The backend-free core, re-exported so one dependency is enough.
 pub use outbox_core as outbox;
 
-pub use migrate::{MIGRATIONS, revert_migrations, run_migrations};
+pub use migrate::{MIGRATIONS, migration_sql, revert_migrations, run_migrations};
+pub use outbox_diesel::MigrationSql;
 pub use store::MysqlStore;
 pub use transaction::transaction;

@@ -6,5 +6,6 @@ mod conformance {
 }
 mod auto_increment;
 mod database_errors;
+mod migration_lock;
 mod time_zone;
 mod unreadable_keys;

@@ -41,7 +41,8 @@
 //! ```
 //!
 //! The table, its indexes and their reasons are in `migrations/`; apply them
-//! with [`run_migrations`] (or `cargo xtask migrate`). Times are
+//! with [`run_migrations`] (or `cargo xtask migrate`), or take their SQL from
+//! [`migration_sql`] into a migrations folder of your own. Times are
 //! `TIMESTAMPTZ(6)` instants on the database clock (see [`timestamp`]).
 
 mod batch_insert;
@@ -50,6 +51,7 @@ mod complete;
 mod enqueue;
 mod maintenance;
 mod migrate;
+mod migration_lock;
 mod query;
 mod row;
 pub mod schema;
@@ -61,7 +63,8 @@ mod transaction;
 pub use outbox_core as outbox;
 
 pub use maintenance::CHANNEL;
-pub use migrate::{MIGRATIONS, revert_migrations, run_migrations};
+pub use migrate::{MIGRATIONS, migration_sql, revert_migrations, run_migrations};
+pub use outbox_diesel::MigrationSql;
 pub use store::PgStore;
 pub use transaction::transaction;
 

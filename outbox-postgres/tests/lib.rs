@@ -5,4 +5,5 @@ mod conformance {
     outbox_testkit::conformance_tests!(outbox_testkit::postgres::PgTestDb);
 }
 mod database_errors;
+mod migration_lock;
 mod notify;

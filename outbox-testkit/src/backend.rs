@@ -63,4 +63,8 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
 
     /// Reverts the backend's outbox migrations; returns the versions reverted.
     fn revert(&self) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
+
+    /// The SQL of the backend's outbox migrations, oldest first (for
+    /// example `outbox_postgres::migration_sql()`).
+    fn migration_sql() -> &'static [outbox_diesel::MigrationSql];
 }

@@ -51,6 +51,8 @@ pub trait Server: Send + Sync + 'static {
     fn migrate(conn: Self::Conn) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
     /// Reverts the outbox migrations.
     fn revert(conn: Self::Conn) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
+    /// See [`TestBackend::migration_sql`].
+    fn migration_sql() -> &'static [outbox_diesel::MigrationSql];
 }
 
 /// A database of its own for one test, migrated, with a store on it.
@@ -182,6 +184,10 @@ impl<S: Server> TestBackend for IsolatedDb<S> {
 
     async fn revert(&self) -> anyhow::Result<Vec<String>> {
         S::revert(self.connect().await?).await
+    }
+
+    fn migration_sql() -> &'static [outbox_diesel::MigrationSql] {
+        S::migration_sql()
     }
 }
 

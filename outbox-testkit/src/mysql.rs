@@ -80,4 +80,8 @@ impl Server for Mysql {
     async fn revert(conn: AsyncMysqlConnection) -> anyhow::Result<Vec<String>> {
         Ok(revert_migrations(conn).await?)
     }
+
+    fn migration_sql() -> &'static [outbox_diesel::MigrationSql] {
+        outbox_mysql::migration_sql()
+    }
 }

@@ -80,4 +80,8 @@ impl Server for Postgres {
     async fn revert(conn: AsyncPgConnection) -> anyhow::Result<Vec<String>> {
         Ok(revert_migrations(conn).await?)
     }
+
+    fn migration_sql() -> &'static [outbox_diesel::MigrationSql] {
+        outbox_postgres::migration_sql()
+    }
 }

@@ -1,7 +1,8 @@
 //! Project tasks, run as `cargo xtask <command>`.
 //!
 //! - `migrate --database-url URL [--revert]`: apply (or revert) the outbox
-//!   migrations, the same embedded set `run_migrations` applies.
+//!   migrations, the same embedded set `run_migrations` applies;
+//!   `migrate --print [--revert] [--backend postgres|mysql]` prints their SQL.
 //! - `ci`: checks beyond the tests, such as backends compiling only when chosen.
 //! - `bench [--backend postgres|mysql|all] [--quick] [--json PATH]`: the
 //!   library against hand-written SQL in the same run, as ratios.
@@ -24,7 +25,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Apply the outbox migrations to a database (or revert them).
+    /// Apply the outbox migrations to a database, revert them, or print their SQL.
     Migrate(migrate::Args),
     /// Checks beyond the tests (dependency separation of the backends).
     Ci(ci::Args),

@@ -1,24 +1,75 @@
-//! `cargo xtask migrate`: the embedded outbox migrations, applied or reverted.
+//! `cargo xtask migrate`: the embedded outbox migrations, applied, reverted,
+//! or printed as SQL.
+
+use std::io::Write as _;
 
 use anyhow::{Context as _, bail};
+use outbox_diesel::MigrationSql;
 
 /// Arguments of `migrate`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// Database to migrate: `postgres://...` or `mysql://...`.
-    #[arg(long, env = "DATABASE_URL")]
-    database_url: String,
-    /// Revert every outbox migration (drops `outbox_tasks`) instead of applying.
+    /// Database to migrate: `postgres://...` or `mysql://...`. With
+    /// `--print`, only its scheme is used, to pick the backend.
+    #[arg(long, env = "DATABASE_URL", required_unless_present = "print")]
+    database_url: Option<String>,
+    /// Revert the outbox's migrations (drops `outbox_tasks`) instead of
+    /// applying them; with `--print`, print the SQL that reverts them.
     #[arg(long)]
     revert: bool,
+    /// Print the migrations' SQL to stdout instead of running it, for a
+    /// migrations folder of your own.
+    #[arg(long)]
+    print: bool,
+    /// The backend whose SQL `--print` prints (default: the one
+    /// `--database-url` names).
+    #[arg(long, value_enum, requires = "print")]
+    backend: Option<Backend>,
+}
+
+/// A database backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Backend {
+    /// PostgreSQL.
+    Postgres,
+    /// MySQL/MariaDB.
+    Mysql,
+}
+
+impl Backend {
+    /// The xtask feature that builds this backend in.
+    fn feature(self) -> &'static str {
+        match self {
+            Self::Postgres => "postgres",
+            Self::Mysql => "mysql",
+        }
+    }
+
+    /// The backend a database URL's scheme names.
+    fn of_url(url: &str) -> anyhow::Result<Self> {
+        match url.split_once("://").map(|(scheme, _)| scheme) {
+            Some("postgres" | "postgresql") => Ok(Self::Postgres),
+            Some("mysql" | "mariadb") => Ok(Self::Mysql),
+            _ => bail!("unsupported database URL `{url}`: expected postgres:// or mysql://"),
+        }
+    }
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
-    let url = args.database_url.as_str();
-    let versions = match url.split_once("://").map(|(scheme, _)| scheme) {
-        Some("postgres" | "postgresql") => postgres(url, args.revert).await?,
-        Some("mysql" | "mariadb") => mysql(url, args.revert).await?,
-        _ => bail!("unsupported database URL `{url}`: expected postgres:// or mysql://"),
+    if args.print {
+        let backend = match (args.backend, &args.database_url) {
+            (Some(backend), _) => backend,
+            (None, Some(url)) => Backend::of_url(url)?,
+            (None, None) => bail!("--print needs --backend or --database-url"),
+        };
+        return print(sql(backend)?, args.revert);
+    }
+    let Some(url) = args.database_url.as_deref() else {
+        bail!("--database-url (or DATABASE_URL) is required");
+    };
+    let versions = match Backend::of_url(url)? {
+        Backend::Postgres => postgres(url, args.revert).await?,
+        Backend::Mysql => mysql(url, args.revert).await?,
     };
     let verb = if args.revert { "reverted" } else { "applied" };
     if versions.is_empty() {
@@ -28,6 +79,53 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         eprintln!("{verb} {version}");
     }
     Ok(())
+}
+
+/// Writes every migration's `up.sql` to stdout, oldest first, or with
+/// `revert` every `down.sql`, newest first, each under a comment naming it.
+fn print(migrations: &[MigrationSql], revert: bool) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    let ordered: Vec<&MigrationSql> = if revert {
+        migrations.iter().rev().collect()
+    } else {
+        migrations.iter().collect()
+    };
+    for (i, migration) in ordered.into_iter().enumerate() {
+        let (file, text) = if revert {
+            ("down.sql", migration.down())
+        } else {
+            ("up.sql", migration.up())
+        };
+        if i > 0 {
+            writeln!(out)?;
+        }
+        writeln!(
+            out,
+            "-- outbox migration {} ({}), {file}",
+            migration.version(),
+            migration.name()
+        )?;
+        write!(out, "{text}")?;
+        if !text.ends_with('\n') {
+            writeln!(out)?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn sql(backend: Backend) -> anyhow::Result<&'static [MigrationSql]> {
+    match backend {
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => Ok(outbox_postgres::migration_sql()),
+        #[cfg(feature = "mysql")]
+        Backend::Mysql => Ok(outbox_mysql::migration_sql()),
+        #[allow(unreachable_patterns)]
+        other => bail!(
+            "this xtask was built without the `{}` feature",
+            other.feature()
+        ),
+    }
 }
 
 #[cfg(feature = "postgres")]

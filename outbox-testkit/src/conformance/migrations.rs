@@ -1,11 +1,23 @@
-//! The embedded migrations: idempotent and reversible.
+//! The embedded migrations: idempotent, reversible, safe to run from many
+//! instances at once, blind to the application's own migrations, and
+//! printable as SQL that works on its own.
+//!
+//! Run on a current-thread runtime by
+//! [`conformance_tests!`](crate::conformance_tests): diesel's harness alone
+//! would panic there (`block_in_place`), so these scenarios also prove the
+//! migrations run on either runtime flavour.
 
-use crate::TestBackend;
+use anyhow::Context as _;
+
+use super::support::{config, enqueue_one, get, registry, task, worker};
+use crate::{TestBackend, handler};
+
+/// Versions an application of its own recorded in diesel's table, one older
+/// and one newer than the outbox's.
+const APP_VERSIONS: [&str; 2] = ["20000101000000", "20990101000000"];
 
 /// Applying twice changes nothing; reverting drops the table; applying
-/// again restores it. Run on a current-thread runtime by
-/// [`conformance_tests!`](crate::conformance_tests), where diesel's harness
-/// alone would panic.
+/// again restores it.
 pub async fn migrations_are_idempotent_and_reversible<B: TestBackend>(
     db: &B,
 ) -> anyhow::Result<()> {
@@ -15,12 +27,131 @@ pub async fn migrations_are_idempotent_and_reversible<B: TestBackend>(
     );
     assert_eq!(db.count_tasks().await?, 0);
     let reverted = db.revert().await?;
-    assert_eq!(reverted.len(), 1);
+    assert_eq!(reverted, versions::<B>(true));
     assert!(
         db.count_tasks().await.is_err(),
         "outbox_tasks survived the revert"
     );
-    assert_eq!(db.migrate().await?, reverted);
+    assert_eq!(db.migrate().await?, versions::<B>(false));
     assert_eq!(db.count_tasks().await?, 0);
+    Ok(())
+}
+
+/// Two runs started at once on a database that was never migrated both
+/// succeed: one applies every migration, the other finds nothing left, and
+/// each version is recorded once. Without the migration lock both create
+/// diesel's table and the outbox table at once, and one of them fails.
+pub async fn concurrent_migration_runs_both_succeed<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    never_migrated(db).await?;
+    let (first, second) = tokio::join!(db.migrate(), db.migrate());
+    let (first, second) = (
+        first.context("the first run")?,
+        second.context("the second run")?,
+    );
+    let mut applied = [first, second];
+    applied.sort();
+    assert_eq!(applied, [Vec::new(), versions::<B>(false)]);
+    for version in versions::<B>(false) {
+        let rows = db
+            .count(&format!(
+                "__diesel_schema_migrations WHERE version = '{version}'"
+            ))
+            .await?;
+        assert_eq!(rows, 1, "version {version} recorded {rows} times");
+    }
+    assert_eq!(db.count_tasks().await?, 0);
+    Ok(())
+}
+
+/// With an application's own migrations recorded next to the outbox's,
+/// revert reverts the outbox's versions only, newest first, succeeds, and
+/// leaves the application's table and version rows alone.
+pub async fn revert_leaves_the_applications_migrations<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    db.execute_sql(&format!(
+        "CREATE TABLE app_orders (id BIGINT PRIMARY KEY); \
+         INSERT INTO __diesel_schema_migrations (version) VALUES ('{}'), ('{}')",
+        APP_VERSIONS[0], APP_VERSIONS[1]
+    ))
+    .await?;
+    db.execute_sql("INSERT INTO app_orders (id) VALUES (1)")
+        .await?;
+
+    assert_eq!(db.revert().await?, versions::<B>(true));
+    assert!(
+        db.count_tasks().await.is_err(),
+        "outbox_tasks survived the revert"
+    );
+    assert_eq!(db.count("app_orders").await?, 1);
+    assert_eq!(db.count("__diesel_schema_migrations").await?, 2);
+    for version in APP_VERSIONS {
+        let rows = db
+            .count(&format!(
+                "__diesel_schema_migrations WHERE version = '{version}'"
+            ))
+            .await?;
+        assert_eq!(rows, 1, "the application's version {version} is gone");
+    }
+
+    assert!(
+        db.revert().await?.is_empty(),
+        "a second revert reverted something"
+    );
+    assert_eq!(db.migrate().await?, versions::<B>(false));
+    let recorded = APP_VERSIONS.len() + versions::<B>(false).len();
+    assert_eq!(
+        db.count("__diesel_schema_migrations").await?,
+        i64::try_from(recorded)?
+    );
+    Ok(())
+}
+
+/// The printed SQL, applied by hand to a database that was never migrated,
+/// creates a table the store works with; the printed down SQL drops it.
+pub async fn printed_migration_sql_makes_a_working_table<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    never_migrated(db).await?;
+    for migration in B::migration_sql() {
+        db.execute_sql(migration.up())
+            .await
+            .with_context(|| format!("{}/up.sql", migration.name()))?;
+    }
+
+    let (mock, handle) = handler::recording();
+    let worker = worker(db, registry(mock)?, config("w"))?;
+    let id = enqueue_one(db, task(1)).await?;
+    worker.send(id).await?;
+    assert_eq!(handle.succeeded_ids(), [id]);
+    assert_eq!(get(db, id).await?.attempts, 1);
+
+    for migration in B::migration_sql().iter().rev() {
+        db.execute_sql(migration.down())
+            .await
+            .with_context(|| format!("{}/down.sql", migration.name()))?;
+    }
+    assert!(
+        db.count_tasks().await.is_err(),
+        "outbox_tasks survived the down SQL"
+    );
+    Ok(())
+}
+
+/// The outbox's versions, oldest first (or newest first, `newest_first`).
+fn versions<B: TestBackend>(newest_first: bool) -> Vec<String> {
+    let mut versions: Vec<String> = B::migration_sql().iter().map(|m| m.version()).collect();
+    if newest_first {
+        versions.reverse();
+    }
+    versions
+}
+
+/// Turns the test's migrated database into one that was never migrated:
+/// no outbox table, and no diesel migrations table either.
+async fn never_migrated<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    db.revert().await?;
+    db.execute_sql("DROP TABLE __diesel_schema_migrations")
+        .await?;
     Ok(())
 }

@@ -123,6 +123,9 @@ macro_rules! conformance_tests {
         );
         $crate::conformance_tests!(@each $backend, (flavor = "current_thread");
             migrations_are_idempotent_and_reversible,
+            concurrent_migration_runs_both_succeed,
+            revert_leaves_the_applications_migrations,
+            printed_migration_sql_makes_a_working_table,
         );
 
         /// The child process of `killed_relay_loses_nothing`: does nothing
