@@ -42,7 +42,7 @@ async fn a_run_waits_for_the_lock_within_the_sessions_lock_wait_timeout() -> any
     let error = run_migrations(waiting)
         .await
         .expect_err("a run went ahead while another session held the lock");
-    let message = error.to_string();
+    let message = error.chain();
     assert!(message.contains("timed out after 1 s"), "{message}");
     assert!(message.contains(&lock_name(&db)), "{message}");
 
@@ -65,7 +65,11 @@ async fn a_failed_run_releases_the_lock_of_a_pooled_connection() -> anyhow::Resu
     let error = run_migrations(store.pool().get().await?)
         .await
         .expect_err("the migration ran over an existing table");
-    assert!(error.to_string().contains("already exists"), "{error}");
+    assert!(
+        error.chain().contains("already exists"),
+        "{}",
+        error.chain()
+    );
     assert_eq!(
         store.pool().status().size,
         1,

@@ -32,7 +32,7 @@ async fn a_run_waits_for_the_lock_within_the_sessions_lock_timeout() -> anyhow::
     let error = run_migrations(waiting)
         .await
         .expect_err("a run went ahead while another session held the lock");
-    assert!(error.to_string().contains("lock timeout"), "{error}");
+    assert!(error.chain().contains("lock timeout"), "{}", error.chain());
 
     diesel::sql_query("SELECT pg_advisory_unlock($1)")
         .bind::<BigInt, _>(LOCK_KEY)
@@ -54,7 +54,11 @@ async fn a_failed_run_releases_the_lock_of_a_pooled_connection() -> anyhow::Resu
     let error = run_migrations(store.pool().get().await?)
         .await
         .expect_err("the migration ran over an existing table");
-    assert!(error.to_string().contains("already exists"), "{error}");
+    assert!(
+        error.chain().contains("already exists"),
+        "{}",
+        error.chain()
+    );
     assert_eq!(
         store.pool().status().size,
         1,
