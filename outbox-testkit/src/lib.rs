@@ -5,7 +5,7 @@
 //! - [`TestBackend`]: an isolated, migrated database per test, dropped after a
 //!   passing test and kept after a failing one; [`postgres::PgTestDb`] with
 //!   the `postgres` feature, [`mysql::MysqlTestDb`] with the `mysql` feature.
-//! - [`assert`]: "this kind was enqueued", "these tasks were delivered".
+//! - [`assert`](mod@assert): "this kind was enqueued", "these tasks were delivered".
 //! - [`metrics`]: the outbox's metrics, captured for assertions.
 //! - [`conformance`]: one suite of scenarios, written once and generic over
 //!   the backend, that every store must pass; [`conformance_tests!`] expands
