@@ -91,7 +91,9 @@ impl<S: Maintenance> Relay<S> {
 
     /// Runs until `shutdown` is cancelled, then stops claiming, waits for
     /// running handlers up to `shutdown_timeout`, cuts the rest and gives
-    /// their claims back, writes every result, and returns.
+    /// their claims back, writes every result it can within another
+    /// `shutdown_timeout`, and returns (what it could not write is counted in
+    /// [`RelayReport::dropped`]).
     ///
     /// Database errors never end the loop: they are logged and counted, and
     /// the relay tries again after the poll interval.
