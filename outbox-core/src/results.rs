@@ -49,25 +49,24 @@ impl<S: Store> Worker<S> {
         let mut todo = vec![(0, completions.len())];
         while let Some((start, end)) = todo.pop() {
             let part = &completions[start..end];
-            let error = match part {
-                [] => continue,
-                _ => match self.write(part).await {
-                    Ok(applied) => {
-                        report.applied += applied;
-                        report.written.extend_from_slice(part);
-                        continue;
-                    }
-                    Err(error) if error.is_retryable() => return Err(error),
-                    Err(error) => error,
-                },
-            };
-            match part {
-                [one] => refused.push((one, error)),
-                _ => {
-                    let middle = start + part.len() / 2;
-                    todo.push((middle, end));
-                    todo.push((start, middle));
+            if part.is_empty() {
+                continue;
+            }
+            let error = match self.write(part).await {
+                Ok(applied) => {
+                    report.applied += applied;
+                    report.written.extend_from_slice(part);
+                    continue;
                 }
+                Err(error) if error.is_retryable() => return Err(error),
+                Err(error) => error,
+            };
+            if let [one] = part {
+                refused.push((one, error));
+            } else {
+                let middle = start + part.len() / 2;
+                todo.push((middle, end));
+                todo.push((start, middle));
             }
         }
         if report.written.is_empty()

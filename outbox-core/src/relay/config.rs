@@ -235,7 +235,7 @@ impl RelayConfig {
 
     /// [`validate`](Self::validate), and that the settings work with the
     /// worker's: `write_delay` must be shorter than `lease_duration`, or a
-    /// result could wait until its claim had lapsed and be refused.
+    /// result could wait until its claim had lapsed and been taken over.
     /// [`Relay::new`](crate::Relay::new) calls this.
     ///
     /// ```

@@ -1,6 +1,6 @@
-//! A relay's claimed tasks: queued for a handler slot, or running.
+//! A relay's claimed tasks, each running its handler.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 use tokio::{
     task::{Id, JoinError, JoinSet},
@@ -13,11 +13,11 @@ use crate::{
     transition::{self, Completion, Fence},
 };
 
-/// Claimed tasks waiting for one of the worker's `concurrency` handler slots,
-/// and handlers running as tokio tasks with the claim each one holds.
+/// Handlers running as tokio tasks, at most the worker's `concurrency`, with
+/// the claim each one holds. The relay claims only as many tasks as there
+/// are free slots, so a claimed task starts at once; nothing waits in a queue.
 pub(super) struct Inflight<S> {
     worker: Worker<S>,
-    queue: VecDeque<(Record, Instant)>,
     tasks: JoinSet<Completion>,
     /// Each running handler's claim, and when that claim was taken.
     fences: HashMap<Id, (Fence, Instant)>,
@@ -27,7 +27,6 @@ impl<S: Store> Inflight<S> {
     pub(super) fn new(worker: Worker<S>) -> Self {
         Self {
             worker,
-            queue: VecDeque::new(),
             tasks: JoinSet::new(),
             fences: HashMap::new(),
         }
@@ -38,42 +37,33 @@ impl<S: Store> Inflight<S> {
         self.tasks.len()
     }
 
-    /// Handler slots neither running nor promised to a queued task.
+    /// Handler slots not running.
     pub(super) fn free(&self) -> usize {
         self.worker
             .config()
             .concurrency
-            .saturating_sub(self.tasks.len() + self.queue.len())
+            .saturating_sub(self.tasks.len())
     }
 
-    /// Whether nothing is claimed.
+    /// Whether no handler runs.
     pub(super) fn is_empty(&self) -> bool {
-        self.queue.is_empty() && self.tasks.is_empty()
+        self.tasks.is_empty()
     }
 
-    /// Queues a claimed task; `claimed_at` is when its lease began.
-    pub(super) fn queue(&mut self, record: Record, claimed_at: Instant) {
-        self.queue.push_back((record, claimed_at));
-    }
-
-    /// Starts queued tasks while handler slots are free. A task whose lease
-    /// has less left than the handler timeout is given back unstarted.
-    pub(super) fn start(&mut self, writer: &mut ResultWriter) {
-        while self.tasks.len() < self.worker.config().concurrency {
-            let Some((record, claimed_at)) = self.queue.pop_front() else {
-                return;
-            };
-            let fence = self.worker.fence(&record);
-            if !self.worker.lease_outlasts_handler(claimed_at.into_std()) {
-                writer.push(transition::release(fence), self.lease_end(claimed_at));
-                continue;
-            }
-            let worker = self.worker.clone();
-            let handle = self
-                .tasks
-                .spawn(async move { worker.attempt(record).await.0 });
-            self.fences.insert(handle.id(), (fence, claimed_at));
+    /// Starts the handler of a task claimed at `claimed_at`, in a slot the
+    /// claim was sized to. A claim whose lease has less left than the handler
+    /// timeout (the claim itself took that long) is given back unstarted.
+    pub(super) fn start(&mut self, record: Record, claimed_at: Instant, writer: &mut ResultWriter) {
+        let fence = self.worker.fence(&record);
+        if !self.worker.lease_outlasts_handler(claimed_at.into_std()) {
+            writer.push(transition::release(fence), self.lease_end(claimed_at));
+            return;
         }
+        let worker = self.worker.clone();
+        let handle = self
+            .tasks
+            .spawn(async move { worker.attempt(record).await.0 });
+        self.fences.insert(handle.id(), (fence, claimed_at));
     }
 
     /// Hands the results of handlers that finished to `writer`, without waiting.
@@ -88,14 +78,6 @@ impl<S: Store> Inflight<S> {
         match self.tasks.join_next_with_id().await {
             Some(joined) => joined,
             None => std::future::pending().await,
-        }
-    }
-
-    /// Gives back every queued claim.
-    pub(super) fn release_queued(&mut self, writer: &mut ResultWriter) {
-        while let Some((record, claimed_at)) = self.queue.pop_front() {
-            let release = transition::release(self.worker.fence(&record));
-            writer.push(release, self.lease_end(claimed_at));
         }
     }
 

@@ -130,7 +130,6 @@ impl<S: Maintenance> Relay<S> {
                 resubscribe_at = later(Instant::now(), config.purge_interval);
             }
             inflight.reap(&mut writer);
-            inflight.start(&mut writer);
             if inflight.is_empty() && writer.len() > 0 && !writer.is_retrying() {
                 // Nothing runs that a later write could share a statement
                 // with, so write now. What was written may be due again soon
@@ -146,9 +145,13 @@ impl<S: Maintenance> Relay<S> {
             if (claim_now || (more && free >= threshold)) && free > 0 && !backpressure {
                 claim_now = false;
                 let claimed = self
-                    .claim(free.min(config.batch_size), &mut inflight, &mut report)
+                    .claim(
+                        free.min(config.batch_size),
+                        &mut inflight,
+                        &mut writer,
+                        &mut report,
+                    )
                     .await;
-                inflight.start(&mut writer);
                 more = claimed == Ok(true);
                 // The poll timer restarts only after a claim, so handlers
                 // finishing all the time never hold the next poll back.
@@ -195,12 +198,13 @@ impl<S: Maintenance> Relay<S> {
         report
     }
 
-    /// Claims up to `limit` due tasks into the queue. `Ok(true)` when the
+    /// Claims up to `limit` due tasks and starts their handlers. `Ok(true)` when the
     /// claim came back full (more may be due).
     async fn claim(
         &self,
         limit: usize,
         inflight: &mut Inflight<S>,
+        writer: &mut ResultWriter,
         report: &mut RelayReport,
     ) -> Result<bool, ()> {
         let request = BatchRequest {
@@ -225,17 +229,15 @@ impl<S: Maintenance> Relay<S> {
                 telemetry::expired(1);
             } else {
                 report.claimed += 1;
-                inflight.queue(record, claimed_at);
+                inflight.start(record, claimed_at, writer);
             }
         }
         Ok(full)
     }
 
-    /// After shutdown: gives back claims not started yet, waits for running
-    /// handlers up to the deadline, then cuts the rest and gives their claims
-    /// back too.
+    /// After shutdown: waits for running handlers up to the deadline, then
+    /// cuts the rest and gives their claims back.
     async fn drain(&self, mut inflight: Inflight<S>, writer: &mut ResultWriter) {
-        inflight.release_queued(writer);
         let deadline = sleep_for(self.config.shutdown_timeout);
         tokio::pin!(deadline);
         while inflight.running() > 0 {

@@ -17,16 +17,13 @@ use crate::{
     transition::{Completion, INTERRUPTED_ERROR},
 };
 
-/// One result waiting for its write.
-struct Unwritten {
-    completion: Completion,
-    /// When the claim it belongs to lapses.
-    lease_ends: Instant,
-}
-
 /// The results a relay has not written yet, oldest first.
 pub(super) struct ResultWriter {
-    unwritten: Vec<Unwritten>,
+    /// Results waiting for their write, in arrival order, kept as one slice
+    /// so a batch is written without copying it.
+    unwritten: Vec<Completion>,
+    /// When the claim of each result in `unwritten` lapses.
+    lease_ends: Vec<Instant>,
     /// When the oldest unwritten result arrived.
     oldest: Option<Instant>,
     /// After a write failed for a passing fault: when to try again.
@@ -44,6 +41,7 @@ impl ResultWriter {
     pub(super) fn new(delay: Duration, batch_size: usize, retry_delay: Duration) -> Self {
         Self {
             unwritten: Vec::new(),
+            lease_ends: Vec::new(),
             oldest: None,
             retry_at: None,
             peak: 0,
@@ -71,10 +69,8 @@ impl ResultWriter {
     /// Adds a result whose claim lapses at `lease_ends`.
     pub(super) fn push(&mut self, completion: Completion, lease_ends: Instant) {
         self.oldest.get_or_insert_with(Instant::now);
-        self.unwritten.push(Unwritten {
-            completion,
-            lease_ends,
-        });
+        self.unwritten.push(completion);
+        self.lease_ends.push(lease_ends);
         self.peak = self.peak.max(self.unwritten.len());
         telemetry::unwritten(self.unwritten.len());
     }
@@ -108,13 +104,10 @@ impl ResultWriter {
         // cut short (at the shutdown deadline) loses nothing it has not written.
         while !self.unwritten.is_empty() {
             let n = self.unwritten.len().min(self.batch_size);
-            let completions: Vec<Completion> = self.unwritten[..n]
-                .iter()
-                .map(|u| u.completion.clone())
-                .collect();
-            match worker.write_results(&completions).await {
+            match worker.write_results(&self.unwritten[..n]).await {
                 Ok(written) => {
                     self.unwritten.drain(..n);
+                    self.lease_ends.drain(..n);
                     for completion in &written.written {
                         count(report, completion);
                     }
@@ -132,9 +125,10 @@ impl ResultWriter {
             }
         }
         let now = Instant::now();
-        let before = self.unwritten.len();
-        self.unwritten.retain(|result| result.lease_ends > now);
-        let lapsed = before - self.unwritten.len();
+        let mut live = self.lease_ends.iter().map(|ends| *ends > now);
+        self.unwritten.retain(|_| live.next().unwrap_or(false));
+        let lapsed = self.lease_ends.len() - self.unwritten.len();
+        self.lease_ends.retain(|ends| *ends > now);
         if lapsed > 0 {
             report.dropped += lapsed as u64;
             tracing::warn!(
@@ -159,6 +153,7 @@ impl ResultWriter {
             );
         }
         self.unwritten.clear();
+        self.lease_ends.clear();
         self.oldest = None;
         self.retry_at = None;
         telemetry::unwritten(0);
