@@ -28,9 +28,9 @@ pub struct Record {
     /// Claims taken, including one in flight and claims given back before
     /// their handler started; the fence of every completion write.
     pub attempts: i64,
-    /// Claims given back before their handler started (the relay stopped
-    /// first, or too little of the lease was left). [`Record::runs`] leaves
-    /// them out.
+    /// Claims given back before their handler started, because too little
+    /// of the lease was left for the handler timeout. [`Record::runs`]
+    /// leaves them out.
     pub released: i64,
     /// Not claimable before this instant (backoff or schedule).
     pub next_attempt_at: DateTime<Utc>,

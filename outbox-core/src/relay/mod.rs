@@ -36,8 +36,8 @@ pub struct RelayReport {
     pub failed: u64,
     /// Tasks found expired and marked failed unsent.
     pub expired: u64,
-    /// Claims given back: never started (shut down first, or too little
-    /// lease left) or cut at shutdown.
+    /// Claims given back: never started (too little lease left after the
+    /// claim) or cut at shutdown.
     pub released: u64,
     /// Results dropped unwritten because their lease lapsed first, or because
     /// neither they nor a failure in their place could be written. Their tasks
