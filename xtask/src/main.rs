@@ -8,10 +8,15 @@
 //!   library against hand-written SQL in the same run, as ratios.
 //! - `demo [--backend postgres|mysql] [--orders N] [--nats]`: an order service
 //!   on the local services, with failures injected, and a summary.
+//! - `chaos [--backend postgres|mysql] [--scenario NAME] [--quick] [--json]`:
+//!   faults injected into private servers (restarts, killed relays, NATS
+//!   down, pool exhaustion, overlapping handlers, clock skew, a hung
+//!   handler), each scenario's invariants checked and its figures reported.
 
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod chaos;
 mod ci;
 mod demo;
 mod migrate;
@@ -36,6 +41,11 @@ enum Command {
     /// The demo's relay process (started by `demo`).
     #[command(hide = true)]
     DemoRelay(demo::ChildArgs),
+    /// Inject faults into private servers and check that nothing is lost.
+    Chaos(chaos::Args),
+    /// A chaos scenario's relay process (started by `chaos`).
+    #[command(hide = true)]
+    ChaosRelay(chaos::ChildArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -45,6 +55,8 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => runtime()?.block_on(bench::run(args)),
         Command::Demo(args) => runtime()?.block_on(demo::run(args)),
         Command::DemoRelay(args) => runtime()?.block_on(demo::run_child(args)),
+        Command::Chaos(args) => runtime()?.block_on(chaos::run(args)),
+        Command::ChaosRelay(args) => runtime()?.block_on(chaos::run_child(args)),
     }
 }
 

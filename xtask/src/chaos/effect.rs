@@ -1,0 +1,123 @@
+//! The handler every scenario runs: its effect is a `done` line in the
+//! process's record file (after publishing to JetStream, when it publishes),
+//! with `begin` and `fail` lines around it.
+
+use std::{path::PathBuf, sync::Arc, time::Duration};
+
+use outbox_core::{Delivery, Handler, HandlerError, Registry, handler_fn};
+
+use super::{
+    db::{KIND, Payload},
+    records::{self, Event, Recorder},
+};
+
+/// How the handler behaves.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Behaviour {
+    /// How long the handler works before its effect.
+    pub(crate) work: Duration,
+    /// How long it waits after its effect before returning (as for a
+    /// downstream's acknowledgement): a crash in between repeats the effect.
+    pub(crate) linger: Duration,
+    /// Fail every first attempt (retryably), to exercise retry scheduling.
+    pub(crate) fail_first: bool,
+    /// On a task marked `hang`: hang (blocking the thread, beyond the reach
+    /// of the handler timeout) until another process has written the task's
+    /// result, then fail. The scenario's record directory and this process's owner.
+    pub(crate) hang: Option<(PathBuf, String)>,
+    /// Publish each delivery to JetStream before the effect.
+    #[cfg(feature = "nats")]
+    pub(crate) publisher: Option<Arc<outbox_nats::JetStreamPublisher>>,
+}
+
+/// A registry with the scenario handler for `order.created` v1.
+pub(crate) fn registry(recorder: Recorder, behaviour: Behaviour) -> anyhow::Result<Registry> {
+    Ok(Registry::builder()
+        .handler(KIND, 1, handler(recorder, behaviour))
+        .build()?)
+}
+
+fn handler(recorder: Recorder, behaviour: Behaviour) -> impl Handler {
+    let behaviour = Arc::new(behaviour);
+    handler_fn(move |delivery: Delivery| {
+        let (recorder, behaviour) = (recorder.clone(), Arc::clone(&behaviour));
+        async move {
+            let payload: Payload = delivery.json()?;
+            let (id, attempt, order) = (delivery.id.get(), delivery.attempt, payload.order);
+            recorder.line(&format!("begin {id} {attempt} {order}"))?;
+            if !behaviour.work.is_zero() {
+                tokio::time::sleep(behaviour.work).await;
+            }
+            let fail = |why: &str| {
+                recorder.line(&format!("fail {id} {attempt} {order}")).ok();
+                HandlerError::retryable(anyhow::anyhow!("{why}"))
+            };
+            if let (true, Some((dir, owner))) = (payload.hang, &behaviour.hang) {
+                // A blocking call: the handler timeout cannot cut it.
+                tokio::task::block_in_place(|| wait_for_takeover(dir, owner, id));
+                return Err(fail("the downstream hung past the lease"));
+            }
+            if behaviour.fail_first && attempt == 1 {
+                return Err(fail("first attempts fail in this scenario"));
+            }
+            #[cfg(feature = "nats")]
+            let replay = match &behaviour.publisher {
+                Some(publisher) => match publisher.publish(&delivery).await {
+                    Ok(published) => published.duplicate,
+                    Err(error) => {
+                        recorder.line(&format!("fail {id} {attempt} {order}")).ok();
+                        return Err(error);
+                    }
+                },
+                None => false,
+            };
+            #[cfg(not(feature = "nats"))]
+            let replay = false;
+            recorder.line(&format!("done {id} {attempt} {order} {}", u8::from(replay)))?;
+            if !behaviour.linger.is_zero() {
+                tokio::time::sleep(behaviour.linger).await;
+            }
+            Ok(())
+        }
+    })
+}
+
+/// The stream the NATS scenario publishes to.
+#[cfg(feature = "nats")]
+pub(crate) const STREAM: &str = "CHAOS";
+
+/// The publisher of the NATS scenario: `chaos.order.created.v1`, ids `chaos:<task id>`.
+#[cfg(feature = "nats")]
+pub(crate) async fn publisher(url: &str) -> anyhow::Result<outbox_nats::JetStreamPublisher> {
+    let client = async_nats::connect(url)
+        .await
+        .map_err(|error| anyhow::anyhow!("connecting to NATS at {url}: {error}"))?;
+    Ok(
+        outbox_nats::JetStreamPublisher::builder(async_nats::jetstream::new(client))
+            .subject_prefix("chaos")
+            .message_id_prefix("chaos")
+            .route(KIND, 1)
+            .expected_stream(STREAM)
+            .build()?,
+    )
+}
+
+/// Blocks until a process other than `owner` has written a result of task
+/// `id` (the takeover's write), at most a minute.
+fn wait_for_takeover(dir: &std::path::Path, owner: &str, id: i64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        let taken_over = records::read_dir(dir).is_ok_and(|logs| {
+            logs.iter().filter(|log| log.owner != owner).any(|log| {
+                log.events.iter().any(|(_, event)| {
+                    matches!(event, Event::Write { fences, .. }
+                        if fences.iter().any(|(task, _)| *task == id))
+                })
+            })
+        });
+        if taken_over {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

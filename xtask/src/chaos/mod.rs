@@ -1,0 +1,240 @@
+//! `cargo xtask chaos`: faults injected into real servers, measured from
+//! outside with the published API.
+//!
+//! The run starts private servers of its own (a PostgreSQL cluster, a
+//! MariaDB server, a NATS server, each on a free port with its data in a
+//! scratch directory) that it may crash at will, never the shared ones, and
+//! stops them by pid at the end, also when a scenario fails or the run is
+//! interrupted. Relays run as child processes (this binary, `chaos-relay`)
+//! so they can be killed. What each process handled is appended to a record
+//! file of its own on local disk, outside every server a scenario faults
+//! ([`records`]). Each scenario checks its invariants and reports figures;
+//! the run exits non-zero when an invariant breaks.
+
+mod child;
+mod clock;
+mod db;
+mod effect;
+mod probe;
+mod process;
+mod producer;
+mod progress;
+mod records;
+mod relays;
+mod report;
+mod run_dir;
+mod scenarios;
+mod servers;
+
+use std::time::Instant;
+
+use anyhow::Context as _;
+use tokio::signal::unix::{SignalKind, signal};
+
+pub(crate) use child::{Args as ChildArgs, run as run_child};
+
+use self::{db::ChaosDb, progress::Progress, report::Report, run_dir::RunDir, servers::DbServer};
+
+/// A backend the scenarios run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Backend {
+    /// PostgreSQL.
+    Postgres,
+    /// MySQL/MariaDB.
+    Mysql,
+}
+
+impl Backend {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Backend::Postgres => "postgres",
+            Backend::Mysql => "mysql",
+        }
+    }
+}
+
+/// Arguments of `chaos`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The backend to run on; both when omitted.
+    #[arg(long, value_enum)]
+    backend: Option<Backend>,
+    /// Run only this scenario: restart, kill, nats, pool, trickle, clock or hang.
+    #[arg(long)]
+    scenario: Option<String>,
+    /// Shorter scenarios (CI): about two minutes per backend.
+    #[arg(long)]
+    quick: bool,
+    /// Print the results as JSON on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
+    let scenarios: Vec<&'static str> = match &args.scenario {
+        Some(name) => vec![
+            *scenarios::ALL
+                .iter()
+                .find(|known| *known == name)
+                .with_context(|| {
+                    format!("no scenario {name}; known: {}", scenarios::ALL.join(", "))
+                })?,
+        ],
+        None => scenarios::ALL.to_vec(),
+    };
+    let backends = match args.backend {
+        Some(backend) => vec![backend],
+        None => vec![Backend::Postgres, Backend::Mysql],
+    };
+    let started = Instant::now();
+    let mut run = RunDir::create()?;
+    eprintln!(
+        "chaos: private servers and records under {}",
+        run.path().display()
+    );
+    let work = run_all(&run, &backends, &scenarios, args.quick);
+    let reports = tokio::select! {
+        reports = work => reports,
+        signal = interrupted() => {
+            // Dropping `work` stopped every process it started.
+            anyhow::bail!("interrupted by {signal}; private servers and relays stopped")
+        }
+    };
+    let reports = match reports {
+        Ok(reports) => reports,
+        Err(error) => {
+            run.keep();
+            return Err(error);
+        }
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    print(&reports, &args, seconds)?;
+    let failed: Vec<String> = reports
+        .iter()
+        .filter(|report| !report.passed())
+        .map(|report| format!("{} [{}]", report.scenario, report.backend))
+        .collect();
+    if !failed.is_empty() {
+        run.keep();
+        anyhow::bail!("invariants broke in: {}", failed.join(", "));
+    }
+    eprintln!("chaos: every invariant held ({seconds:.0} s)");
+    Ok(())
+}
+
+#[allow(clippy::print_stdout)] // the results are the command's output
+fn print(reports: &[Report], args: &Args, seconds: f64) -> anyhow::Result<()> {
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report::json(reports, args.quick, seconds))?
+        );
+    } else {
+        println!("\n{}", report::table(reports));
+    }
+    Ok(())
+}
+
+async fn run_all(
+    run: &RunDir,
+    backends: &[Backend],
+    scenarios: &[&'static str],
+    quick: bool,
+) -> anyhow::Result<Vec<Report>> {
+    #[cfg(feature = "nats")]
+    let mut nats = match scenarios.contains(&"nats") {
+        true => Some(servers::nats::NatsServer::start(run).await?),
+        false => None,
+    };
+    let mut reports = Vec::new();
+    for backend in backends {
+        let found = match backend {
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => {
+                on::<outbox_testkit::postgres::PgTestDb>(
+                    *backend,
+                    run,
+                    scenarios,
+                    quick,
+                    #[cfg(feature = "nats")]
+                    nats.as_mut(),
+                )
+                .await?
+            }
+            #[cfg(feature = "mysql")]
+            Backend::Mysql => {
+                on::<outbox_testkit::mysql::MysqlTestDb>(
+                    *backend,
+                    run,
+                    scenarios,
+                    quick,
+                    #[cfg(feature = "nats")]
+                    nats.as_mut(),
+                )
+                .await?
+            }
+            #[allow(unreachable_patterns)]
+            _ => anyhow::bail!("xtask was built without the {} backend", backend.name()),
+        };
+        reports.extend(found);
+    }
+    Ok(reports)
+}
+
+/// Runs `scenarios` on a private server of backend `B`, stopped afterwards.
+async fn on<B: ChaosDb>(
+    backend: Backend,
+    run: &RunDir,
+    scenarios: &[&'static str],
+    quick: bool,
+    #[cfg(feature = "nats")] mut nats: Option<&mut servers::nats::NatsServer>,
+) -> anyhow::Result<Vec<Report>> {
+    eprintln!("chaos: starting a private {} server", backend.name());
+    let mut server = B::Server::start(run)
+        .await
+        .with_context(|| format!("starting the private {} server", backend.name()))?;
+    let mut reports = Vec::new();
+    for name in scenarios {
+        let mut ctx = scenarios::Ctx::<B> {
+            run,
+            server: &mut server,
+            #[cfg(feature = "nats")]
+            nats: nats.as_deref_mut(),
+            backend,
+            quick,
+            progress: Progress::new(name, backend.name()),
+        };
+        let report = scenarios::run(name, &mut ctx).await;
+        ctx.progress.finish(report.passed());
+        if let Some(error) = &report.error {
+            eprintln!(
+                "chaos: {name} [{}] could not finish: {error}",
+                backend.name()
+            );
+        }
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+/// Resolves at the first SIGINT, SIGTERM or SIGHUP, naming it.
+async fn interrupted() -> &'static str {
+    let kinds = [
+        (SignalKind::interrupt(), "SIGINT"),
+        (SignalKind::terminate(), "SIGTERM"),
+        (SignalKind::hangup(), "SIGHUP"),
+    ];
+    let mut streams = Vec::new();
+    for (kind, name) in kinds {
+        if let Ok(stream) = signal(kind) {
+            streams.push((stream, name));
+        }
+    }
+    let waits = streams.iter_mut().map(|(stream, name)| {
+        Box::pin(async move {
+            stream.recv().await;
+            *name
+        })
+    });
+    futures_util::future::select_all(waits).await.0
+}
