@@ -27,8 +27,12 @@ pub(crate) async fn run<B: ChaosDb>(
     let spec = RelaySpec::default();
     let hanging = setup.relays.start(
         "hang",
+        // One handler slot: while its handler hangs, this relay claims
+        // nothing, not even the task it is still running once its lease
+        // lapsed (with free slots it might, and hang on it again).
         &RelaySpec {
             hang: true,
+            concurrency: 1,
             ..spec.clone()
         },
         ctx.run,
