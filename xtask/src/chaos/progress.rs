@@ -33,11 +33,10 @@ impl Progress {
         self.bar.set_message(what.to_owned());
     }
 
-    /// The status line: `what`, with the orders committed and delivered so far.
+    /// The status line: `what`, with the orders committed and the
+    /// deliveries (effects, replays included) so far.
     pub(crate) fn status(&self, what: &str, committed: usize, records: &Path) {
-        let delivered = records::read_dir(records)
-            .map(|logs| records::deliveries(&logs).len())
-            .unwrap_or(0);
+        let delivered = records::count_done(records);
         self.bar.set_message(format!(
             "{what}: {committed} committed, {delivered} delivered"
         ));

@@ -214,6 +214,20 @@ pub(crate) fn read_dir(dir: &Path) -> anyhow::Result<Vec<ProcessLog>> {
     paths.iter().map(|path| read_file(path)).collect()
 }
 
+/// How many `done` lines the record files in `dir` hold, without parsing
+/// them (for the progress line).
+pub(crate) fn count_done(dir: &Path) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
+        .filter_map(|path| fs::read_to_string(path).ok())
+        .map(|text| text.matches(" done ").count())
+        .sum()
+}
+
 /// Every handler effect across processes, by order: `(µs, owner, fence)`.
 pub(crate) fn deliveries(logs: &[ProcessLog]) -> HashMap<i64, Vec<(u64, String, Fence)>> {
     let mut by_order: HashMap<i64, Vec<(u64, String, Fence)>> = HashMap::new();

@@ -95,8 +95,9 @@ pub(crate) async fn run<B: ChaosDb>(
     for (relay, (_, offset)) in relays.iter().zip(SKEWS) {
         let log = records::read_file(&setup.dir.join(format!("{}.log", relay.owner)))?;
         if let Some((at, child_wall)) = log.start_wall_ms() {
-            let elapsed = i64::try_from(at.saturating_sub(mono) / 1000).unwrap_or(0);
-            let skew = child_wall - wall - elapsed;
+            // Wall clocks compared at the same instant of the shared monotonic clock.
+            let elapsed_ms = (i128::from(at) - i128::from(mono)) / 1000;
+            let skew = child_wall - wall - i64::try_from(elapsed_ms).unwrap_or(0);
             skews.push((relay.owner.clone(), offset, skew));
         }
     }

@@ -95,7 +95,7 @@ pub(crate) async fn run<B: ChaosDb>(name: &'static str, ctx: &mut Ctx<'_, B>) ->
     report
 }
 
-/// Sleeps `duration`, keeping the status line current.
+/// Sleeps `duration`, refreshing the status line every second.
 pub(crate) async fn pause(
     progress: &Progress,
     duration: Duration,
@@ -106,10 +106,8 @@ pub(crate) async fn pause(
     let until = tokio::time::Instant::now() + duration;
     while tokio::time::Instant::now() < until {
         progress.status(what, committed(), dir);
-        tokio::time::sleep_until(
-            until.min(tokio::time::Instant::now() + Duration::from_millis(250)),
-        )
-        .await;
+        tokio::time::sleep_until(until.min(tokio::time::Instant::now() + Duration::from_secs(1)))
+            .await;
     }
 }
 
@@ -166,7 +164,7 @@ pub(crate) async fn settle<B: ChaosDb>(
         if missing == 0 || tokio::time::Instant::now() >= deadline {
             break missing;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
     };
     report.check(
         "lost",
