@@ -50,7 +50,8 @@ pub enum Error {
         /// Earliest time of the next attempt.
         at: DateTime<Utc>,
     },
-    /// An older task with the same ordering key has not succeeded yet.
+    /// An older task with the same ordering key has neither succeeded nor
+    /// been discarded yet.
     #[error("task {id} waits for an older task with the same ordering key")]
     Blocked {
         /// The task.
@@ -70,7 +71,19 @@ pub enum Error {
         /// Its current status.
         status: crate::Status,
     },
-    /// No handler is registered for the task's kind and version; the task stays pending.
+    /// A running task (its handler may be under way) or a finished one cannot
+    /// be discarded.
+    #[error(
+        "task {id} is {status}; only available, waiting, blocked or failed tasks can be discarded"
+    )]
+    NotDiscardable {
+        /// The task.
+        id: TaskId,
+        /// Its current status.
+        status: crate::Status,
+    },
+    /// No handler is registered for the task's kind and version; the task is
+    /// retried after the retry policy's first delay.
     #[error("task {id}: no handler registered for {key}")]
     NoHandler {
         /// The task.
@@ -85,7 +98,7 @@ pub enum Error {
         id: TaskId,
         /// The attempt that failed (1-based).
         attempt: i64,
-        /// Whether the task stays pending for another attempt.
+        /// Whether the task waits for another attempt.
         will_retry: bool,
         /// The handler's error text, as recorded in `last_error`.
         message: String,

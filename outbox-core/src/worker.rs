@@ -137,7 +137,7 @@ impl<S: Store> Worker<S> {
             Outcome::Retryable(_) | Outcome::Permanent(_) => Err(Error::Handler {
                 id,
                 attempt,
-                will_retry: completion.status == Status::Pending,
+                will_retry: !completion.status.is_finished(),
                 message: completion.last_error.unwrap_or_default(),
             }),
         }
@@ -194,6 +194,7 @@ impl<S: Store> Worker<S> {
             id: record.id,
             owner: self.inner.config.owner.clone(),
             attempt: record.attempts,
+            ordering_key: record.task.ordering_key.clone(),
         }
     }
 

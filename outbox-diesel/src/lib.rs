@@ -19,6 +19,7 @@ mod migrate;
 mod migration_lock;
 mod migration_sql;
 mod pool;
+mod store_transaction;
 mod transaction;
 
 pub use error::{mysql_error, mysql_pool_error, postgres_error, postgres_pool_error};
@@ -26,6 +27,7 @@ pub use migrate::{revert_migrations, run_migrations};
 pub use migration_lock::{MigrationConnection, MigrationLock};
 pub use migration_sql::MigrationSql;
 pub use pool::build_pool;
+pub use store_transaction::TxError;
 pub use transaction::{require_transaction, transaction};
 
 /// Microseconds in `duration`, saturating, for interval arithmetic in SQL.

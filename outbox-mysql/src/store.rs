@@ -17,7 +17,7 @@ use outbox_diesel::mysql_pool_error;
 use tokio::sync::OnceCell;
 
 use crate::{
-    claim, complete, enqueue, query,
+    claim, complete, enqueue, moves, query,
     server::{self, ServerInfo},
 };
 
@@ -115,5 +115,13 @@ impl Store for MysqlStore {
         query::get(&mut *self.conn().await?, id)
             .await?
             .ok_or(Error::NotFound(id))
+    }
+
+    async fn promote(&self, limit: u32) -> Result<u64> {
+        moves::promote(&mut *self.conn().await?, limit).await
+    }
+
+    async fn rescue(&self, limit: u32) -> Result<u64> {
+        moves::rescue(&mut *self.conn().await?, limit).await
     }
 }

@@ -15,7 +15,7 @@ use outbox_diesel::{postgres_error, postgres_pool_error};
 
 use diesel_async::RunQueryDsl;
 
-use crate::{claim, complete, enqueue, maintenance::NOTIFY, query};
+use crate::{claim, complete, enqueue, maintenance::NOTIFY, moves, query};
 
 /// The outbox on PostgreSQL, over a deadpool pool of diesel-async connections.
 ///
@@ -133,5 +133,13 @@ impl Store for PgStore {
         query::get(&mut *self.conn().await?, id)
             .await?
             .ok_or(Error::NotFound(id))
+    }
+
+    async fn promote(&self, limit: u32) -> Result<u64> {
+        moves::promote(&mut *self.conn().await?, limit).await
+    }
+
+    async fn rescue(&self, limit: u32) -> Result<u64> {
+        moves::rescue(&mut *self.conn().await?, limit).await
     }
 }

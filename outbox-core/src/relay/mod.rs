@@ -1,21 +1,24 @@
 //! The background delivery loop: [`Relay`].
 //!
-//! A relay claims due tasks in batches with `SKIP LOCKED`, as many as it has
-//! free handler slots, runs their handlers as tokio tasks (at most the
+//! A relay claims available tasks in batches with `SKIP LOCKED`, as many as
+//! it has free handler slots, runs their handlers as tokio tasks (at most the
 //! worker's concurrency at once), writes results back in batches within the
-//! write delay, and sleeps until the next due time, a wake-up or the poll
-//! interval. Any number of relays may run, in one process or many, without a
+//! write delay, and sleeps until a wake-up, a promotion or the poll interval.
+//! Beside that loop, a maintenance task promotes waiting tasks once due,
+//! rescues lapsed leases, purges and counts, so none of that ever delays a
+//! claim. Any number of relays may run, in one process or many, without a
 //! distributed lock: claims never overlap and completion writes are fenced.
 
 mod config;
 mod inflight;
+pub(crate) mod maintainer;
 mod writer;
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use futures_util::StreamExt;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::{sync::CancellationToken, task::AbortOnDropHandle};
 
 pub use config::RelayConfig;
 
@@ -36,6 +39,11 @@ pub struct RelayReport {
     pub failed: u64,
     /// Tasks found expired and marked failed unsent.
     pub expired: u64,
+    /// Waiting tasks made available once due.
+    pub promoted: u64,
+    /// Running tasks whose lease lapsed, made available again (or failed
+    /// when out of attempts).
+    pub rescued: u64,
     /// Claims given back: never started (too little lease left after the
     /// claim) or cut at shutdown.
     pub released: u64,
@@ -47,7 +55,8 @@ pub struct RelayReport {
     pub peak_unwritten: u64,
     /// Finished tasks purged for retention.
     pub purged: u64,
-    /// Database errors met and logged (the relay kept going).
+    /// Database errors met and logged (the relay and its maintenance task
+    /// kept going).
     pub errors: u64,
 }
 
@@ -56,7 +65,7 @@ pub struct RelayReport {
 /// ```no_run
 /// # async fn demo<S: outbox_core::Maintenance>(worker: outbox_core::Worker<S>) -> outbox_core::Result<()> {
 /// use outbox_core::{Relay, RelayConfig};
-/// use tokio_util::sync::CancellationToken;
+/// use tokio_util::{sync::CancellationToken, task::AbortOnDropHandle};
 ///
 /// let shutdown = CancellationToken::new();
 /// let relay = Relay::new(worker, RelayConfig::default())?;
@@ -107,7 +116,15 @@ impl<S: Maintenance> Relay<S> {
             .min(self.worker.config().lease_duration / 4);
         let mut writer = ResultWriter::new(config.write_delay, config.batch_size, retry_delay);
         let mut wakeups = self.subscribe(&mut report).await;
-        let mut next_purge = Instant::now();
+        let available = Arc::new(tokio::sync::Notify::new());
+        let stop_maintaining = CancellationToken::new();
+        // Aborted if this future is dropped instead of shut down.
+        let maintaining = AbortOnDropHandle::new(tokio::spawn(maintainer::run(
+            self.worker.store().clone(),
+            config.clone(),
+            available.clone(),
+            stop_maintaining.clone(),
+        )));
         let mut resubscribe_at = later(Instant::now(), config.purge_interval);
         // A claim takes only as many tasks as there are free handler slots,
         // so no claim waits in a queue while its lease runs down. While a
@@ -121,10 +138,6 @@ impl<S: Maintenance> Relay<S> {
         let mut more = false;
         let mut poll_at: Option<Instant> = None;
         while !shutdown.is_cancelled() {
-            if Instant::now() >= next_purge {
-                self.maintain(&mut report).await;
-                next_purge = later(Instant::now(), config.purge_interval);
-            }
             if wakeups.is_none() && Instant::now() >= resubscribe_at {
                 wakeups = self.subscribe(&mut report).await;
                 resubscribe_at = later(Instant::now(), config.purge_interval);
@@ -157,9 +170,9 @@ impl<S: Maintenance> Relay<S> {
                 // finishing all the time never hold the next poll back.
                 let delay = match claimed {
                     Ok(true) => None, // a backlog: claim again as slots free up
-                    Err(()) => Some(config.poll_interval),
-                    Ok(false) if !inflight.is_empty() => Some(config.poll_interval),
-                    Ok(false) => Some(self.idle_delay(&mut report).await),
+                    // Tasks that become due are promoted by the maintenance
+                    // task, which then wakes this loop.
+                    Ok(false) | Err(()) => Some(config.poll_interval),
                 };
                 poll_at = delay.map(|delay| later(Instant::now(), delay));
             }
@@ -175,6 +188,9 @@ impl<S: Maintenance> Relay<S> {
                     claim_now = true;
                     poll_at = None;
                 }
+                () = available.notified(), if !claim_now && !more => {
+                    claim_now = true;
+                }
                 woken = next_wakeup(&mut wakeups), if !claim_now && !more => {
                     claim_now = true;
                     if woken.is_none() {
@@ -184,6 +200,7 @@ impl<S: Maintenance> Relay<S> {
                 }
             }
         }
+        stop_maintaining.cancel();
         self.drain(inflight, &mut writer).await;
         // The last write, bounded like the wait for handlers.
         let last_write = writer.flush(&self.worker, &mut report);
@@ -195,6 +212,21 @@ impl<S: Maintenance> Relay<S> {
         }
         writer.abandon(&mut report);
         report.peak_unwritten = writer.peak() as u64;
+        // Its statements are short, but a database that stopped answering
+        // must not hold the shutdown: bounded like the last write.
+        match tokio::time::timeout(config.shutdown_timeout, maintaining).await {
+            Ok(Ok(maintained)) => {
+                report.promoted += maintained.promoted;
+                report.rescued += maintained.rescued;
+                report.purged += maintained.purged;
+                report.errors += maintained.errors;
+            }
+            Ok(Err(error)) => {
+                report.errors += 1;
+                tracing::warn!(%error, "relay maintenance task ended abnormally");
+            }
+            Err(_) => report.errors += 1,
+        }
         report
     }
 
@@ -251,44 +283,6 @@ impl<S: Maintenance> Relay<S> {
                     inflight.abort(writer).await;
                     return;
                 }
-            }
-        }
-    }
-
-    /// How long to sleep when nothing is claimable: until the next due task,
-    /// at most the poll interval.
-    async fn idle_delay(&self, report: &mut RelayReport) -> Duration {
-        match self.worker.store().next_due().await {
-            Ok(Some(due_in)) if !due_in.is_zero() => due_in.min(self.config.poll_interval),
-            Ok(_) => self.config.poll_interval,
-            Err(error) => {
-                report.errors += 1;
-                tracing::warn!(error = %error.chain(), "relay could not read the next due time");
-                self.config.poll_interval
-            }
-        }
-    }
-
-    /// Applies retention and refreshes the backlog gauge.
-    async fn maintain(&self, report: &mut RelayReport) {
-        let store = self.worker.store();
-        if let Some(retention) = self.config.retention {
-            match store
-                .purge_finished(retention, self.config.purge_batch)
-                .await
-            {
-                Ok(purged) => report.purged += purged,
-                Err(error) => {
-                    report.errors += 1;
-                    tracing::warn!(error = %error.chain(), "relay could not purge finished tasks");
-                }
-            }
-        }
-        match store.stats().await {
-            Ok(stats) => telemetry::backlog(stats.pending),
-            Err(error) => {
-                report.errors += 1;
-                tracing::warn!(error = %error.chain(), "relay could not read stats");
             }
         }
     }

@@ -165,8 +165,10 @@ fn count(report: &mut RelayReport, completion: &Completion) {
     let interrupted = completion.last_error.as_deref() == Some(INTERRUPTED_ERROR);
     match completion.status {
         Status::Succeeded => report.succeeded += 1,
-        Status::Failed => report.failed += 1,
-        Status::Pending if completion.released || interrupted => report.released += 1,
-        Status::Pending => report.retried += 1,
+        Status::Failed | Status::Discarded => report.failed += 1,
+        _ if completion.released || interrupted => report.released += 1,
+        Status::Available | Status::Waiting | Status::Running | Status::Blocked => {
+            report.retried += 1
+        }
     }
 }
