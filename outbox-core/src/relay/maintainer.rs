@@ -24,10 +24,14 @@ pub(super) struct Maintained {
 
 /// Runs until `stop` is cancelled. After each step that made tasks
 /// available, `available` is notified so the claim loop claims at once.
+/// Between steps it sleeps until the next waiting task is due, at most the
+/// poll interval, or until `rescheduled` says the next due time may have
+/// moved.
 pub(super) async fn run<S: Maintenance>(
     store: S,
     config: RelayConfig,
     available: Arc<Notify>,
+    rescheduled: Arc<Notify>,
     stop: CancellationToken,
 ) -> Maintained {
     let mut done = Maintained::default();
@@ -58,6 +62,7 @@ pub(super) async fn run<S: Maintenance>(
         tokio::select! {
             () = stop.cancelled() => {}
             () = tokio::time::sleep(sleep) => {}
+            () = rescheduled.notified() => {}
         }
     }
     done

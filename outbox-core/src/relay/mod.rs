@@ -116,13 +116,18 @@ impl<S: Maintenance> Relay<S> {
             .min(self.worker.config().lease_duration / 4);
         let mut writer = ResultWriter::new(config.write_delay, config.batch_size, retry_delay);
         let mut wakeups = self.subscribe(&mut report).await;
+        // The maintenance task wakes the claim loop when it made tasks
+        // available; the claim loop wakes it when the next due time may
+        // have moved (a retry written, a wake-up for new tasks).
         let available = Arc::new(tokio::sync::Notify::new());
+        let rescheduled = Arc::new(tokio::sync::Notify::new());
         let stop_maintaining = CancellationToken::new();
         // Aborted if this future is dropped instead of shut down.
         let maintaining = AbortOnDropHandle::new(tokio::spawn(maintainer::run(
             self.worker.store().clone(),
             config.clone(),
             available.clone(),
+            rescheduled.clone(),
             stop_maintaining.clone(),
         )));
         let mut resubscribe_at = later(Instant::now(), config.purge_interval);
@@ -152,6 +157,9 @@ impl<S: Maintenance> Relay<S> {
                 claim_now = true;
             } else if writer.is_due() {
                 writer.flush(&self.worker, &mut report).await;
+            }
+            if writer.take_retries_written() {
+                rescheduled.notify_one();
             }
             let free = inflight.free();
             let backpressure = writer.len() >= config.max_unwritten;
@@ -193,6 +201,8 @@ impl<S: Maintenance> Relay<S> {
                 }
                 woken = next_wakeup(&mut wakeups), if !claim_now && !more => {
                     claim_now = true;
+                    // New tasks may be scheduled for later.
+                    rescheduled.notify_one();
                     if woken.is_none() {
                         tracing::warn!("relay lost its wake-up stream; polling until it resubscribes");
                         wakeups = None;

@@ -30,6 +30,11 @@ pub(super) struct ResultWriter {
     retry_at: Option<Instant>,
     /// The most results that waited at once.
     peak: usize,
+    /// Whether a write since the last [`take_retries_written`] scheduled a
+    /// retry (a waiting task the maintenance task must promote once due).
+    ///
+    /// [`take_retries_written`]: ResultWriter::take_retries_written
+    retries_written: bool,
     delay: Duration,
     batch_size: usize,
     retry_delay: Duration,
@@ -45,6 +50,7 @@ impl ResultWriter {
             oldest: None,
             retry_at: None,
             peak: 0,
+            retries_written: false,
             delay,
             batch_size,
             retry_delay,
@@ -99,6 +105,11 @@ impl ResultWriter {
     /// passing fault (connection lost, pool timeout) the rest waits for the
     /// next try; of what waits, results whose lease has lapsed since are
     /// dropped rather than retried for ever: their tasks are claimable again.
+    /// Whether a write since the last call scheduled a retry.
+    pub(super) fn take_retries_written(&mut self) -> bool {
+        std::mem::take(&mut self.retries_written)
+    }
+
     pub(super) async fn flush<S: Store>(&mut self, worker: &Worker<S>, report: &mut RelayReport) {
         // A batch leaves the list only once its write returned, so a flush
         // cut short (at the shutdown deadline) loses nothing it has not written.
@@ -110,6 +121,7 @@ impl ResultWriter {
                     self.lease_ends.drain(..n);
                     for completion in &written.written {
                         count(report, completion);
+                        self.retries_written |= completion.status == Status::Waiting;
                     }
                     report.dropped += written.dropped;
                 }

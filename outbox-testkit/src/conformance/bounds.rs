@@ -135,7 +135,7 @@ pub async fn a_round_of_the_largest_batch_writes_every_result<B: TestBackend>(
     let all = u64::try_from(MAX_BATCH_SIZE)?;
     assert_eq!((report.claimed, report.retried), (all, all), "{report:?}");
     let recorded = db
-        .count("outbox_tasks WHERE status = 'pending' AND attempts = 1 AND last_error <> ''")
+        .count("outbox_tasks WHERE status = 'waiting' AND attempts = 1 AND last_error <> ''")
         .await?;
     assert_eq!(recorded, i64::try_from(MAX_BATCH_SIZE)?);
     Ok(())

@@ -160,11 +160,10 @@ mod postgres {
             after: i64,
         ) -> anyhow::Result<Vec<i64>> {
             let claimed: Vec<Id> = diesel::sql_query(
-                "UPDATE outbox_tasks SET lease_owner = 'raw', attempts = attempts + 1, \
-                     lease_expires_at = now() + interval '30 seconds' \
+                "UPDATE outbox_tasks SET status = 'running', lease_owner = 'raw', \
+                     attempts = attempts + 1, lease_expires_at = now() + interval '30 seconds' \
                  WHERE id IN (SELECT id FROM outbox_tasks \
-                     WHERE status = 'pending' AND id > $2 AND next_attempt_at <= now() \
-                       AND (lease_expires_at IS NULL OR lease_expires_at <= now()) \
+                     WHERE status = 'available' AND id > $2 \
                      ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) \
                  RETURNING id, kind, version, payload",
             )
@@ -208,7 +207,8 @@ mod postgres {
         }
 
         async fn reset(&self) -> anyhow::Result<()> {
-            self.execute_sql("TRUNCATE outbox_tasks, orders").await?;
+            self.execute_sql("TRUNCATE outbox_tasks, outbox_ordering_keys, orders")
+                .await?;
             self.analyze().await
         }
 
@@ -338,9 +338,7 @@ mod mysql {
                 .transaction::<_, anyhow::Error, _>(async |tx| {
                     let claimed: Vec<Id> = diesel::sql_query(
                         "SELECT id, kind, version, payload FROM outbox_tasks \
-                         WHERE status = 'pending' AND id > ? \
-                           AND next_attempt_at <= UTC_TIMESTAMP(6) \
-                           AND (lease_expires_at IS NULL OR lease_expires_at <= UTC_TIMESTAMP(6)) \
+                         WHERE status = 'available' AND id > ? \
                          ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
                     )
                     .bind::<BigInt, _>(after)
@@ -350,7 +348,8 @@ mod mysql {
                     let ids: Vec<i64> = claimed.iter().map(|row| row.id).collect();
                     if !ids.is_empty() {
                         tx.batch_execute(&format!(
-                            "UPDATE outbox_tasks SET lease_owner = 'raw', attempts = attempts + 1, \
+                            "UPDATE outbox_tasks SET status = 'running', lease_owner = 'raw', \
+                             attempts = attempts + 1, \
                              lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND \
                              WHERE id IN ({})",
                             list(&ids)
@@ -398,6 +397,8 @@ mod mysql {
 
         async fn reset(&self) -> anyhow::Result<()> {
             self.execute_sql("TRUNCATE TABLE outbox_tasks").await?;
+            self.execute_sql("TRUNCATE TABLE outbox_ordering_keys")
+                .await?;
             self.execute_sql("TRUNCATE TABLE orders").await?;
             self.analyze().await
         }

@@ -205,7 +205,7 @@ async fn demo<B: Raw>(args: &Args) -> anyhow::Result<()> {
     loop {
         let stats = db.store().stats().await?;
         delivered.set_position(stats.succeeded);
-        if stats.pending == 0 {
+        if stats.backlog() == 0 {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
