@@ -20,11 +20,13 @@ pub mod crash;
 mod delivery;
 mod enqueue;
 mod input;
+mod key_heads;
 mod leases;
 mod migrations;
 mod ordering;
 mod pipeline;
 pub mod relay;
+mod relay_steps;
 mod rounds;
 mod send;
 pub mod support;
@@ -38,6 +40,7 @@ pub use completion_batches::*;
 pub use delivery::*;
 pub use enqueue::*;
 pub use input::*;
+pub use key_heads::*;
 pub use leases::*;
 pub use migrations::*;
 pub use ordering::*;
@@ -48,6 +51,7 @@ pub use relay::{
     shutdown_deadline_gives_claims_back, shutdown_waits_for_running_handlers, stats_and_requeue,
     three_relays_deliver_each_task_once,
 };
+pub use relay_steps::*;
 pub use rounds::*;
 pub use send::*;
 pub use transaction::*;
@@ -120,6 +124,18 @@ macro_rules! conformance_tests {
             longest_durations_work_end_to_end,
             a_relay_at_its_bounds_runs_without_errors,
             a_round_of_the_largest_batch_writes_every_result,
+            a_failed_head_blocks_its_key_and_no_other,
+            requeue_of_an_expired_head_delivers_it_first,
+            a_task_never_runs_while_its_keys_head_runs,
+            lapsed_leases_are_rescued,
+            waiting_tasks_are_promoted_once_due,
+            concurrent_enqueues_of_one_key_take_turns,
+            a_held_dedup_key_leaves_the_head_to_the_next_task,
+            discard_refuses_running_and_finished_tasks,
+            purge_keeps_a_failed_head,
+            stats_count_every_status,
+            relay_delivers_a_scheduled_task_when_due,
+            relay_rescues_a_lapsed_lease,
         );
         $crate::conformance_tests!(@each $backend, (flavor = "current_thread");
             migrations_are_idempotent_and_reversible,
