@@ -80,10 +80,16 @@ pub enum Availability {
 /// Batch claims read only available rows; a claim by id (`send`) also takes
 /// a waiting task whose time has come and a running one whose lease lapsed,
 /// since finding it costs nothing. A live lease wins over expiry (its holder
-/// decides), and expiry wins over the order of keys and the schedule.
+/// decides), and expiry wins over the schedule. A blocked task is only
+/// blocked, past its deadline too: failing it would make a second task hold
+/// its key beside the head, and requeueing that one would run it beside the
+/// head and out of order. It expires once its key reaches it.
 pub fn availability(state: &TaskState, now: DateTime<Utc>) -> Availability {
     if state.status.is_finished() {
         return Availability::Finished(state.status);
+    }
+    if state.status == Status::Blocked {
+        return Availability::Blocked;
     }
     if let Some(lease) = &state.lease
         && lease.expires_at > now
@@ -94,9 +100,6 @@ pub fn availability(state: &TaskState, now: DateTime<Utc>) -> Availability {
     }
     if state.expires_at.is_some_and(|at| at <= now) {
         return Availability::Expired;
-    }
-    if state.status == Status::Blocked {
-        return Availability::Blocked;
     }
     if state.next_attempt_at > now {
         return Availability::NotDue {
@@ -152,9 +155,9 @@ pub fn claim(
     }
 }
 
-/// Marks an expired task failed; `None` unless it is [`Availability::Expired`].
-/// An expired task with an ordering key keeps holding its key, like any
-/// failed one.
+/// Marks an expired task failed; `None` unless it is [`Availability::Expired`]
+/// (never for a blocked task). An expired task with an ordering key keeps
+/// holding its key, like any failed one.
 pub fn expire(state: &TaskState, now: DateTime<Utc>) -> Option<TaskState> {
     (availability(state, now) == Availability::Expired).then(|| TaskState {
         status: Status::Failed,
