@@ -60,9 +60,9 @@ fn bind_keys<'q>(mut query: Query<'q>, counts: &BTreeMap<&'q str, i64>) -> Query
 }
 
 /// Reads the counts of `counts`' keys, locking their rows in key order.
-async fn lock<'q>(
+async fn lock(
     conn: &mut AsyncMysqlConnection,
-    counts: &BTreeMap<&'q str, i64>,
+    counts: &BTreeMap<&str, i64>,
 ) -> Result<HashMap<String, i64>> {
     let sql = format!(
         "SELECT ordering_key, open_tasks FROM outbox_ordering_keys \
