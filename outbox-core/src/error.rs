@@ -63,6 +63,9 @@ pub enum Error {
     /// The task already failed for good; `requeue` it to try again.
     #[error("task {0} has failed; requeue it to send it again")]
     Failed(TaskId),
+    /// An operator discarded the task; it is never sent.
+    #[error("task {0} was discarded; it is never sent")]
+    Discarded(TaskId),
     /// Only a failed task can be requeued.
     #[error("task {id} is {status}, not failed; only failed tasks can be requeued")]
     NotFailed {
@@ -337,6 +340,7 @@ mod tests {
         assert!(Error::Blocked { id }.is_retryable());
         assert!(!Error::NotFound(id).is_retryable());
         assert!(!Error::Failed(id).is_retryable());
+        assert!(!Error::Discarded(id).is_retryable());
         assert!(!Error::NotTransaction.is_retryable());
     }
 }

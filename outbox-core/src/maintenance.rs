@@ -9,9 +9,9 @@ use crate::{Error, Result, Status, Store, TaskId};
 
 /// Counts per status and how far behind the outbox is.
 ///
-/// Every count is exact but `succeeded`, which is the database's estimate of
-/// the table's rows less the exact counts: counting the rows kept for
-/// retention would read them all. The exact counts read indexes that hold
+/// Every count is exact but `succeeded`, which on a table the database
+/// estimates at 100,000 rows or more is that estimate less the exact counts:
+/// counting the rows kept for retention would read them all. The exact counts read indexes that hold
 /// only the rows of their status, so their cost grows with the backlog, never
 /// with the retained history.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -25,7 +25,7 @@ pub struct Stats {
     pub running: u64,
     /// Tasks behind an older unfinished task of their ordering key.
     pub blocked: u64,
-    /// Tasks delivered and kept for retention: an estimate.
+    /// Tasks delivered and kept for retention: an estimate on a large table.
     pub succeeded: u64,
     /// Tasks that failed for good and wait for an operator.
     pub failed: u64,

@@ -109,11 +109,12 @@ pub trait Store: Clone + Send + Sync + 'static {
     fn get(&self, id: TaskId) -> impl Future<Output = Result<Record>> + Send;
     /// Makes up to `limit` waiting tasks whose time has come available
     /// ([`transition::promote`](crate::transition::promote)), oldest due
-    /// first, skipping rows other workers hold; returns how many. One short
-    /// statement that reads only the rows it moves.
+    /// first; returns how many. One short statement that reads only the rows
+    /// it moves. Rows another transaction holds are skipped where the
+    /// database can (`SKIP LOCKED` on PostgreSQL) and waited for otherwise.
     fn promote(&self, limit: u32) -> impl Future<Output = Result<u64>> + Send;
     /// Rescues up to `limit` running tasks whose lease lapsed
-    /// ([`transition::rescue`](crate::transition::rescue)), skipping rows
-    /// other workers hold; returns how many.
+    /// ([`transition::rescue`](crate::transition::rescue)); returns how
+    /// many. Locked rows are treated as by [`promote`](Store::promote).
     fn rescue(&self, limit: u32) -> impl Future<Output = Result<u64>> + Send;
 }

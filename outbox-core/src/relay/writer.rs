@@ -129,7 +129,7 @@ impl ResultWriter {
                     report.errors += 1;
                     tracing::warn!(
                         error = %error.chain(),
-                        pending = self.unwritten.len(),
+                        unwritten = self.unwritten.len(),
                         "relay could not write results; will retry"
                     );
                     break;

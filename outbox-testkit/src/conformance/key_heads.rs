@@ -89,7 +89,11 @@ pub async fn a_failed_head_blocks_its_key_and_no_other<B: TestBackend>(
     let position = |id| delivered.iter().position(|d| *d == id);
     assert!(position(ids[3]) < position(ids[4]), "key b out of order");
     for &id in &ids[1..3] {
-        assert_eq!(get(db, id).await?.attempts, 0, "task {id} ran behind a failed head");
+        assert_eq!(
+            get(db, id).await?.attempts,
+            0,
+            "task {id} ran behind a failed head"
+        );
     }
     let stats = db.store().stats().await?;
     assert_eq!((stats.failed, stats.blocked), (1, 2), "{stats:?}");
@@ -168,7 +172,10 @@ pub async fn a_task_never_runs_while_its_keys_head_runs<B: TestBackend>(
         store.claim(ids[1], &batch.lease).await?,
         ClaimOutcome::Blocked
     );
-    assert_eq!((store.promote(100).await?, store.rescue(100).await?), (0, 0));
+    assert_eq!(
+        (store.promote(100).await?, store.rescue(100).await?),
+        (0, 0)
+    );
     assert!(store.claim_due(&batch).await?.is_empty());
 
     let fence = Fence {
@@ -248,7 +255,10 @@ pub async fn waiting_tasks_are_promoted_once_due<B: TestBackend>(db: &B) -> anyh
     let next = store.next_due().await?.unwrap_or_default();
     assert!(next <= Duration::from_secs(1), "next due in {next:?}");
     crate::wait::eventually(async || Ok(store.promote(100).await? == 1)).await?;
-    assert!(Utc::now() >= due - TimeDelta::milliseconds(50), "promoted early");
+    assert!(
+        Utc::now() >= due - TimeDelta::milliseconds(50),
+        "promoted early"
+    );
     assert_eq!(get(db, id).await?.status, Status::Available);
     assert_eq!(store.claim_due(&batch).await?.len(), 1);
     Ok(())
@@ -314,7 +324,8 @@ pub async fn a_held_dedup_key_leaves_the_head_to_the_next_task<B: TestBackend>(
     assert_eq!(ids[0], held);
     assert_eq!(get(db, ids[1]).await?.status, Status::Available);
     assert_eq!(
-        db.count("outbox_ordering_keys WHERE open_tasks = 1").await?,
+        db.count("outbox_ordering_keys WHERE open_tasks = 1")
+            .await?,
         1
     );
     Ok(())
@@ -335,22 +346,36 @@ pub async fn discard_refuses_running_and_finished_tasks<B: TestBackend>(
     )?;
     let running = store.discard(ids[0]).await;
     assert!(
-        matches!(running, Err(Error::NotDiscardable { status: Status::Running, .. })),
+        matches!(
+            running,
+            Err(Error::NotDiscardable {
+                status: Status::Running,
+                ..
+            })
+        ),
         "{running:?}"
     );
-    let (mock, _) = handler::recording();
-    worker(db, super::support::registry(mock)?, config("w"))?
-        .send(ids[1])
-        .await?;
+    let (mock, handle) = handler::recording();
+    let worker = worker(db, super::support::registry(mock)?, config("w"))?;
+    worker.send(ids[1]).await?;
     let finished = store.discard(ids[1]).await;
     assert!(
-        matches!(finished, Err(Error::NotDiscardable { status: Status::Succeeded, .. })),
+        matches!(
+            finished,
+            Err(Error::NotDiscardable {
+                status: Status::Succeeded,
+                ..
+            })
+        ),
         "{finished:?}"
     );
     store.discard(ids[2]).await?;
     let discarded = get(db, ids[2]).await?;
     assert_eq!(discarded.status, Status::Discarded);
     assert!(discarded.finished_at.is_some());
+    let sent = worker.send(ids[2]).await;
+    assert!(matches!(sent, Err(Error::Discarded(_))), "{sent:?}");
+    assert_eq!(handle.calls(), 1, "a discarded task reached its handler");
     let missing = store.discard(TaskId::new(987_654_321)).await;
     assert!(matches!(missing, Err(Error::NotFound(_))), "{missing:?}");
     Ok(())
@@ -376,7 +401,10 @@ pub async fn purge_keeps_a_failed_head<B: TestBackend>(db: &B) -> anyhow::Result
     let purged = db.store().purge_finished(Duration::ZERO, 100).await?;
     assert_eq!(purged, 1);
     assert_eq!(get(db, ids[0]).await?.status, Status::Failed);
-    assert!(matches!(db.store().get(ids[2]).await, Err(Error::NotFound(_))));
+    assert!(matches!(
+        db.store().get(ids[2]).await,
+        Err(Error::NotFound(_))
+    ));
     Ok(())
 }
 

@@ -46,7 +46,7 @@ pub use migrations::*;
 pub use ordering::*;
 pub use pipeline::*;
 pub use relay::{
-    ordering_keys_hold_under_random_failures, purge_keeps_pending_and_recent_rows,
+    ordering_keys_hold_under_random_failures, purge_keeps_unfinished_and_recent_rows,
     relay_claims_only_what_it_can_start, relay_wakes_for_the_next_due_retry,
     shutdown_deadline_gives_claims_back, shutdown_waits_for_running_handlers, stats_and_requeue,
     three_relays_deliver_each_task_once,
@@ -80,7 +80,7 @@ macro_rules! conformance_tests {
             send_reaching_max_attempts_marks_failed,
             send_after_expiry_fails_without_calling,
             send_unknown_id_is_not_found,
-            send_without_handler_stays_pending,
+            send_without_handler_stays_unfinished,
             concurrent_sends_run_the_handler_once,
             lease_takeover_fences_the_late_writer,
             hung_handler_is_cut_and_another_worker_delivers,
@@ -102,7 +102,7 @@ macro_rules! conformance_tests {
             shutdown_waits_for_running_handlers,
             shutdown_deadline_gives_claims_back,
             relay_claims_only_what_it_can_start,
-            purge_keeps_pending_and_recent_rows,
+            purge_keeps_unfinished_and_recent_rows,
             stats_and_requeue,
             relay_wakes_for_the_next_due_retry,
             send_async_returns_at_once,

@@ -202,7 +202,7 @@ pub async fn shutdown_deadline_gives_claims_back<B: TestBackend>(db: &B) -> anyh
 
 /// Purge removes only finished rows older than the retention, in batches;
 /// pending and recent rows stay. A relay applies retention on its own.
-pub async fn purge_keeps_pending_and_recent_rows<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+pub async fn purge_keeps_unfinished_and_recent_rows<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let ids = enqueue_committed(db, (0..6).map(task).collect()).await?;
     let (mock, handle) = handler::recording();
     let worker = worker(db, registry(mock)?, config("w"))?;

@@ -37,7 +37,10 @@ pub async fn relay_delivers_a_scheduled_task_when_due<B: TestBackend>(
     shutdown.cancel();
     let report = relay.await?;
     assert!(Utc::now() >= due, "delivered before it was due");
-    assert!(took < Duration::from_secs(5), "waited for the poll: {took:?}");
+    assert!(
+        took < Duration::from_secs(5),
+        "waited for the poll: {took:?}"
+    );
     assert_eq!(report.promoted, 1, "{report:?}");
     assert_eq!(get(db, id).await?.status, Status::Succeeded);
     Ok(())

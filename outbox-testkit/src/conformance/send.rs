@@ -165,7 +165,7 @@ pub async fn send_unknown_id_is_not_found<B: TestBackend>(db: &B) -> anyhow::Res
 
 /// A task whose kind has no handler stays unfinished with a clear `last_error`,
 /// even past its attempt limit.
-pub async fn send_without_handler_stays_pending<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+pub async fn send_without_handler_stays_unfinished<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let (mock, handle) = handler::recording();
     let worker = worker(db, registry(mock)?, config("w"))?;
     let id = enqueue_one(db, Task::new("invoice.paid", 3, "{}").max_attempts(1)).await?;
