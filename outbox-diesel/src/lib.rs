@@ -14,6 +14,7 @@
 //! assert_eq!(outbox_diesel::micros(Duration::MAX), i64::MAX);
 //! ```
 
+mod cached;
 mod error;
 mod migrate;
 mod migration_lock;
@@ -22,6 +23,7 @@ mod pool;
 mod store_transaction;
 mod transaction;
 
+pub use cached::{CachedQuery, cached};
 pub use error::{mysql_error, mysql_pool_error, postgres_error, postgres_pool_error};
 pub use migrate::{revert_migrations, run_migrations};
 pub use migration_lock::{MigrationConnection, MigrationLock};

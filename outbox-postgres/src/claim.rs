@@ -18,7 +18,7 @@ use outbox_core::{
     transition::{self, Availability, EXPIRED_ERROR, Fence},
 };
 
-use outbox_diesel::{micros, postgres_error};
+use outbox_diesel::{cached, micros, postgres_error};
 
 use crate::{complete, row::TaskRow};
 
@@ -59,7 +59,7 @@ pub(crate) async fn one(
     // Each pass either claims, or reads the row and acts on what the rules say;
     // a pass repeats only when a concurrent writer changed the row in between.
     for _ in 0..3 {
-        let claimed: Option<TaskRow> = diesel::sql_query(CLAIM_ONE_SQL)
+        let claimed: Option<TaskRow> = cached(CLAIM_ONE_SQL)
             .bind::<BigInt, _>(id.get())
             .bind::<Text, _>(&lease.owner)
             .bind::<BigInt, _>(micros(lease.duration))
@@ -75,7 +75,7 @@ pub(crate) async fn one(
                 None => Ok(ClaimOutcome::Finished(outbox_core::Status::Failed)),
             };
         }
-        let inspected: Option<Inspected> = diesel::sql_query(INSPECT_SQL)
+        let inspected: Option<Inspected> = cached(INSPECT_SQL)
             .bind::<BigInt, _>(id.get())
             .get_result(conn)
             .await
@@ -88,7 +88,7 @@ pub(crate) async fn one(
         match transition::availability(&record.state(), inspected.db_now) {
             Availability::Claimable => continue,
             Availability::Expired => {
-                let expired = diesel::sql_query(EXPIRE_ONE)
+                let expired = cached(EXPIRE_ONE)
                     .bind::<BigInt, _>(id.get())
                     .bind::<Text, _>(EXPIRED_ERROR)
                     .execute(conn)
@@ -139,7 +139,7 @@ pub(crate) async fn due(
 ) -> Result<Vec<Record>> {
     let limit =
         i64::try_from(request.limit).map_err(|_| Error::invalid("batch_size", "too large"))?;
-    let rows: Vec<TaskRow> = diesel::sql_query(CLAIM_DUE_SQL)
+    let rows: Vec<TaskRow> = cached(CLAIM_DUE_SQL)
         .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
         .bind::<BigInt, _>(limit)
         .bind::<Text, _>(&request.lease.owner)

@@ -13,7 +13,7 @@ use outbox_core::{
     Result, Status,
     transition::{self, Completion},
 };
-use outbox_diesel::{micros, postgres_error};
+use outbox_diesel::{cached, micros, postgres_error};
 
 use crate::{keys, store_transaction::store_transaction};
 
@@ -91,7 +91,7 @@ async fn update(conn: &mut AsyncPgConnection, completions: &[Completion]) -> Res
         .iter()
         .all(|c| c.status == Status::Succeeded && &c.fence.owner == owner)
     {
-        return diesel::sql_query(SUCCEED)
+        return cached(SUCCEED)
             .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.id.get()))
             .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.attempt))
             .bind::<Text, _>(owner)
@@ -99,7 +99,7 @@ async fn update(conn: &mut AsyncPgConnection, completions: &[Completion]) -> Res
             .await
             .map_err(postgres_error);
     }
-    diesel::sql_query(COMPLETE)
+    cached(COMPLETE)
         .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.id.get()))
         .bind::<Array<Text>, _>(column(completions, |c| c.fence.owner.as_str()))
         .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.attempt))

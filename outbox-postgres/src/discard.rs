@@ -8,7 +8,7 @@ use diesel::{
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use outbox_core::{Result, TaskId};
-use outbox_diesel::postgres_error;
+use outbox_diesel::{cached, postgres_error};
 
 use crate::{keys, store_transaction::store_transaction};
 
@@ -46,7 +46,7 @@ RETURNING target.status";
 /// finished (but failed) or held by another transaction this instant.
 pub(crate) async fn one(conn: &mut AsyncPgConnection, id: TaskId) -> Result<bool> {
     // The key never changes, so it can be read before the transaction.
-    let key: Option<Key> = diesel::sql_query(KEY)
+    let key: Option<Key> = cached(KEY)
         .bind::<BigInt, _>(id.get())
         .get_result(conn)
         .await
@@ -59,13 +59,13 @@ pub(crate) async fn one(conn: &mut AsyncPgConnection, id: TaskId) -> Result<bool
         // The key first, as enqueue takes it: a completion that holds the
         // key may be about to unblock this very task.
         if let Some(key) = &ordering_key {
-            diesel::sql_query(LOCK_KEY)
+            cached(LOCK_KEY)
                 .bind::<Text, _>(key)
                 .execute(conn)
                 .await
                 .map_err(postgres_error)?;
         }
-        let before: Option<Before> = diesel::sql_query(DISCARD)
+        let before: Option<Before> = cached(DISCARD)
             .bind::<BigInt, _>(id.get())
             .get_result(conn)
             .await

@@ -9,7 +9,7 @@ use diesel::{
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use outbox_core::{Error, Result, Task, TaskId};
-use outbox_diesel::{postgres_error, require_transaction};
+use outbox_diesel::{cached, postgres_error, require_transaction};
 
 use crate::{batch_insert, keys, schema::outbox_tasks, timestamp};
 
@@ -181,7 +181,7 @@ async fn insert_rows<R>(
 where
     R: QueryableByName<diesel::pg::Pg> + Send + 'static,
 {
-    diesel::sql_query(sql)
+    cached(sql)
         .bind::<Array<Text>, _>(tasks.iter().map(|t| t.kind.as_str()).collect::<Vec<_>>())
         .bind::<Array<Integer>, _>(tasks.iter().map(|t| t.version).collect::<Vec<_>>())
         .bind::<Array<Bytea>, _>(

@@ -16,7 +16,7 @@ use diesel::{
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use outbox_core::Result;
-use outbox_diesel::postgres_error;
+use outbox_diesel::{cached, postgres_error};
 
 #[derive(QueryableByName)]
 struct KeyCount {
@@ -52,7 +52,7 @@ pub(crate) async fn open(
     if counts.is_empty() {
         return Ok(HashMap::new());
     }
-    let rows: Vec<KeyCount> = diesel::sql_query(OPEN)
+    let rows: Vec<KeyCount> = cached(OPEN)
         .bind::<Array<Text>, _>(counts.keys().copied().collect::<Vec<_>>())
         .bind::<Array<BigInt>, _>(counts.values().copied().collect::<Vec<_>>())
         .load(conn)
@@ -115,7 +115,7 @@ pub(crate) async fn close(
     if counts.is_empty() {
         return Ok(());
     }
-    let rows: Vec<KeyCount> = diesel::sql_query(CLOSE)
+    let rows: Vec<KeyCount> = cached(CLOSE)
         .bind::<Array<Text>, _>(counts.keys().copied().collect::<Vec<_>>())
         .bind::<Array<BigInt>, _>(counts.values().copied().collect::<Vec<_>>())
         .load(conn)
@@ -132,7 +132,7 @@ pub(crate) async fn close(
     if next.is_empty() && emptied.is_empty() {
         return Ok(());
     }
-    diesel::sql_query(MOVE_ON)
+    cached(MOVE_ON)
         .bind::<Array<Text>, _>(next)
         .bind::<Array<Text>, _>(emptied)
         .execute(conn)

@@ -10,7 +10,7 @@ use diesel::{
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use futures_util::StreamExt;
 use outbox_core::{Maintenance, Result, Stats, Status, TaskId, Wakeups};
-use outbox_diesel::{micros, postgres_error};
+use outbox_diesel::{cached, micros, postgres_error};
 use tokio::sync::mpsc;
 
 use crate::{PgStore, discard};
@@ -128,7 +128,7 @@ impl Maintenance for PgStore {
     }
 
     async fn requeue_failed(&self, id: TaskId) -> Result<bool> {
-        let changed = diesel::sql_query(REQUEUE)
+        let changed = cached(REQUEUE)
             .bind::<BigInt, _>(id.get())
             .execute(&mut *self.conn().await?)
             .await
@@ -147,7 +147,7 @@ impl Maintenance for PgStore {
     }
 
     async fn next_due(&self) -> Result<Option<Duration>> {
-        let next: Micros = diesel::sql_query(NEXT_DUE)
+        let next: Micros = cached(NEXT_DUE)
             .get_result(&mut *self.conn().await?)
             .await
             .map_err(postgres_error)?;

@@ -6,7 +6,7 @@
 use diesel::sql_types::{BigInt, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use outbox_core::{Result, transition};
-use outbox_diesel::postgres_error;
+use outbox_diesel::{cached, postgres_error};
 
 /// [`transition::promote`] in SQL.
 const PROMOTE: &str = "\
@@ -40,7 +40,7 @@ WHERE t.id IN (
 
 /// Makes up to `limit` due waiting tasks available.
 pub(crate) async fn promote(conn: &mut AsyncPgConnection, limit: u32) -> Result<u64> {
-    let moved = diesel::sql_query(PROMOTE)
+    let moved = cached(PROMOTE)
         .bind::<BigInt, _>(i64::from(limit))
         .execute(conn)
         .await
@@ -50,7 +50,7 @@ pub(crate) async fn promote(conn: &mut AsyncPgConnection, limit: u32) -> Result<
 
 /// Rescues up to `limit` running tasks whose lease lapsed.
 pub(crate) async fn rescue(conn: &mut AsyncPgConnection, limit: u32) -> Result<u64> {
-    let moved = diesel::sql_query(RESCUE)
+    let moved = cached(RESCUE)
         .bind::<BigInt, _>(i64::from(limit))
         .bind::<Text, _>(transition::LAPSED_ERROR)
         .execute(conn)
