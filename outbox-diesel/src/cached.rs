@@ -46,6 +46,17 @@ pub fn cached<'f, DB: Backend>(sql: &'f str) -> CachedQuery<'f, DB> {
         parts,
         slots,
         binds: Vec::new(),
+        cacheable: true,
+    }
+}
+
+/// The same builder as [`cached`] for a statement whose text varies without
+/// bound (a list of ids, a multi-row insert): prepared for each call, since
+/// keeping every variant would fill each connection's statement cache.
+pub fn uncached<'f, DB: Backend>(sql: &'f str) -> CachedQuery<'f, DB> {
+    CachedQuery {
+        cacheable: false,
+        ..cached(sql)
     }
 }
 
@@ -57,6 +68,8 @@ pub struct CachedQuery<'f, DB: Backend> {
     /// For each placeholder, the index of its bind (`None` for `$0`).
     slots: Vec<Option<usize>>,
     binds: Vec<Box<dyn QueryFragment<DB> + Send + 'f>>,
+    /// False for [`uncached`] statements.
+    cacheable: bool,
 }
 
 impl<DB: Backend> std::fmt::Debug for CachedQuery<'_, DB> {
@@ -130,6 +143,9 @@ where
 impl<DB: Backend> QueryFragment<DB> for CachedQuery<'_, DB> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         let mismatch = |what: String| Err(diesel::result::Error::QueryBuilderError(what.into()));
+        if !self.cacheable {
+            out.unsafe_to_cache_prepared();
+        }
         let used = |i: usize| self.slots.contains(&Some(i));
         if let Some(unused) = (0..self.binds.len()).find(|&i| !used(i)) {
             return mismatch(format!("bind {} has no placeholder", unused + 1));
@@ -198,6 +214,12 @@ mod tests {
             "SELECT ? + ? -- binds: [1, 2]"
         );
         assert!(matches!(query.is_safe_to_cache_prepared(&Mysql), Ok(true)));
+    }
+
+    #[test]
+    fn uncached_statements_say_so() {
+        let query = super::uncached::<Mysql>("SELECT ?").bind::<BigInt, _>(1_i64);
+        assert!(matches!(query.is_safe_to_cache_prepared(&Mysql), Ok(false)));
     }
 
     #[test]

@@ -23,7 +23,7 @@ mod pool;
 mod store_transaction;
 mod transaction;
 
-pub use cached::{CachedQuery, cached};
+pub use cached::{CachedQuery, cached, uncached};
 pub use error::{mysql_error, mysql_pool_error, postgres_error, postgres_pool_error};
 pub use migrate::{revert_migrations, run_migrations};
 pub use migration_lock::{MigrationConnection, MigrationLock};

@@ -20,7 +20,7 @@ use outbox_core::{
     BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Status, TaskId, limits,
     transition::{self, Availability, EXPIRED_ERROR},
 };
-use outbox_diesel::mysql_error;
+use outbox_diesel::{cached, mysql_error};
 
 use crate::{row::TaskRow, store_transaction::read_committed, timestamp};
 
@@ -42,7 +42,7 @@ pub(crate) async fn one(
     lease: &LeaseRequest,
 ) -> Result<ClaimOutcome> {
     read_committed(conn, async |conn| {
-        let locked: Option<Locked> = diesel::sql_query(LOCK_ONE_SQL)
+        let locked: Option<Locked> = cached(LOCK_ONE_SQL)
             .bind::<BigInt, _>(id.get())
             .get_result(conn)
             .await
@@ -213,8 +213,7 @@ pub(crate) async fn due(
         i64::try_from(request.limit).map_err(|_| Error::invalid("batch_size", "too large"))?;
     let due_by = timestamp::to_column_opt("due_by", request.due_by)?;
     read_committed(conn, async |conn| {
-        let locked: Vec<Locked> = diesel::sql_query(LOCK_DUE_SQL)
-            .into_boxed::<Mysql>()
+        let locked: Vec<Locked> = cached::<Mysql>(LOCK_DUE_SQL)
             .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
             .bind::<Nullable<Datetime>, _>(due_by)
             .bind::<BigInt, _>(limit)

@@ -14,7 +14,7 @@ use diesel::{
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
 use outbox_core::{Error, Result, Task, TaskId};
-use outbox_diesel::{mysql_error, require_transaction};
+use outbox_diesel::{cached, mysql_error, require_transaction, uncached};
 
 use crate::{keys, timestamp};
 
@@ -110,7 +110,7 @@ impl InsertedIds {
 
 /// Reads both in one round trip, right after the `INSERT` on its connection.
 async fn inserted_ids(conn: &mut AsyncMysqlConnection) -> Result<InsertedIds> {
-    diesel::sql_query(
+    cached(
         "SELECT LAST_INSERT_ID() AS first, \
          CAST(@@SESSION.auto_increment_increment AS SIGNED) AS step",
     )
@@ -135,7 +135,13 @@ async fn insert(
     if on_duplicate {
         sql.push_str(" ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)");
     }
-    let mut query = diesel::sql_query(sql).into_boxed::<Mysql>();
+    // One row takes one of a few shapes, each prepared once per connection;
+    // a multi-row statement's text varies with its rows.
+    let mut query = if rows.len() == 1 {
+        cached::<Mysql>(&sql)
+    } else {
+        uncached::<Mysql>(&sql)
+    };
     for row in rows {
         let task = &row.task;
         query = query

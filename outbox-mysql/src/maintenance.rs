@@ -10,7 +10,7 @@ use diesel::{
 };
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use outbox_core::{Maintenance, Result, Stats, Status, TaskId};
-use outbox_diesel::{micros, mysql_error};
+use outbox_diesel::{cached, micros, mysql_error};
 
 use crate::{MysqlStore, discard};
 
@@ -127,7 +127,7 @@ impl Maintenance for MysqlStore {
     }
 
     async fn requeue_failed(&self, id: TaskId) -> Result<bool> {
-        let changed = diesel::sql_query(REQUEUE)
+        let changed = cached(REQUEUE)
             .bind::<BigInt, _>(id.get())
             .execute(&mut *self.conn().await?)
             .await
@@ -152,7 +152,7 @@ impl Maintenance for MysqlStore {
     }
 
     async fn next_due(&self) -> Result<Option<Duration>> {
-        let next: Micros = diesel::sql_query(NEXT_DUE)
+        let next: Micros = cached(NEXT_DUE)
             .get_result(&mut *self.conn().await?)
             .await
             .map_err(mysql_error)?;

@@ -6,7 +6,7 @@
 use diesel::sql_types::{BigInt, Text};
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
 use outbox_core::{Result, transition};
-use outbox_diesel::mysql_error;
+use outbox_diesel::{cached, mysql_error};
 
 /// [`transition::promote`] in SQL.
 const PROMOTE: &str = "\
@@ -38,7 +38,7 @@ async fn read_committed(conn: &mut AsyncMysqlConnection) -> Result<()> {
 /// Makes up to `limit` due waiting tasks available.
 pub(crate) async fn promote(conn: &mut AsyncMysqlConnection, limit: u32) -> Result<u64> {
     read_committed(conn).await?;
-    let moved = diesel::sql_query(PROMOTE)
+    let moved = cached(PROMOTE)
         .bind::<BigInt, _>(i64::from(limit))
         .execute(conn)
         .await
@@ -49,7 +49,7 @@ pub(crate) async fn promote(conn: &mut AsyncMysqlConnection, limit: u32) -> Resu
 /// Rescues up to `limit` running tasks whose lease lapsed.
 pub(crate) async fn rescue(conn: &mut AsyncMysqlConnection, limit: u32) -> Result<u64> {
     read_committed(conn).await?;
-    let moved = diesel::sql_query(RESCUE)
+    let moved = cached(RESCUE)
         .bind::<Text, _>(transition::LAPSED_ERROR)
         .bind::<Text, _>(transition::LAPSED_ERROR)
         .bind::<BigInt, _>(i64::from(limit))
