@@ -23,7 +23,7 @@ use tokio_util::{sync::CancellationToken, task::AbortOnDropHandle};
 pub use config::RelayConfig;
 
 use self::{inflight::Inflight, writer::ResultWriter};
-use crate::{BatchRequest, Maintenance, Result, Status, Wakeups, Worker, telemetry};
+use crate::{BatchRequest, Maintenance, Result, Status, Wakeups, Worker, telemetry, transition};
 
 /// What one [`Relay::run`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -142,47 +142,44 @@ impl<S: Maintenance> Relay<S> {
         let mut claim_now = true;
         let mut more = false;
         let mut poll_at: Option<Instant> = None;
+        // The claim under way, in a task of its own so handlers' results are
+        // taken and written while it runs.
+        let mut claiming: Option<Claiming> = None;
+        // A write started because nothing ran: claim after it, since what
+        // it wrote may be due again soon (a retry).
+        let mut idle_write = false;
         while !shutdown.is_cancelled() {
             if wakeups.is_none() && Instant::now() >= resubscribe_at {
                 wakeups = self.subscribe(&mut report).await;
                 resubscribe_at = later(Instant::now(), config.purge_interval);
             }
             inflight.reap(&mut writer);
-            if inflight.is_empty() && writer.len() > 0 && !writer.is_retrying() {
-                // Nothing runs that a later write could share a statement
-                // with, so write now. What was written may be due again soon
-                // (a retry): claim next, and so learn how long to sleep,
-                // instead of waiting for the poll.
-                writer.flush(&self.worker, &mut report).await;
-                claim_now = true;
-            } else if writer.is_due() {
-                writer.flush(&self.worker, &mut report).await;
+            if !writer.is_writing() {
+                if inflight.is_empty()
+                    && claiming.is_none()
+                    && writer.waiting() > 0
+                    && !writer.is_retrying()
+                {
+                    // Nothing runs that a later write could share a
+                    // statement with, so write now.
+                    writer.start(&self.worker);
+                    idle_write = true;
+                } else if writer.is_due() {
+                    writer.start(&self.worker);
+                }
             }
             if writer.take_retries_written() {
                 rescheduled.notify_one();
             }
             let free = inflight.free();
             let backpressure = writer.len() >= config.max_unwritten;
-            if (claim_now || (more && free >= threshold)) && free > 0 && !backpressure {
+            if claiming.is_none()
+                && (claim_now || (more && free >= threshold))
+                && free > 0
+                && !backpressure
+            {
                 claim_now = false;
-                let claimed = self
-                    .claim(
-                        free.min(config.batch_size),
-                        &mut inflight,
-                        &mut writer,
-                        &mut report,
-                    )
-                    .await;
-                more = claimed == Ok(true);
-                // The poll timer restarts only after a claim, so handlers
-                // finishing all the time never hold the next poll back.
-                let delay = match claimed {
-                    Ok(true) => None, // a backlog: claim again as slots free up
-                    // Tasks that become due are promoted by the maintenance
-                    // task, which then wakes this loop.
-                    Ok(false) | Err(()) => Some(config.poll_interval),
-                };
-                poll_at = delay.map(|delay| later(Instant::now(), delay));
+                claiming = Some(self.start_claim(free.min(config.batch_size)));
             }
             let write_at = writer.deadline();
             tokio::select! {
@@ -190,6 +187,27 @@ impl<S: Maintenance> Relay<S> {
                 () = shutdown.cancelled() => {}
                 joined = inflight.next(), if inflight.running() > 0 => {
                     inflight.finish(joined, &mut writer);
+                }
+                claimed = claimed(&mut claiming), if claiming.is_some() => {
+                    let Some(claim) = claiming.take() else { continue };
+                    let started =
+                        self.started(claimed, &claim, &mut inflight, &mut writer, &mut report);
+                    more = started == Ok(true);
+                    // The poll timer restarts only after a claim, so handlers
+                    // finishing all the time never hold the next poll back.
+                    let delay = match started {
+                        Ok(true) => None, // a backlog: claim again as slots free up
+                        // Tasks that become due are promoted by the maintenance
+                        // task, which then wakes this loop.
+                        Ok(false) | Err(()) => Some(config.poll_interval),
+                    };
+                    poll_at = delay.map(|delay| later(Instant::now(), delay));
+                }
+                written = writer.written(), if writer.is_writing() => {
+                    writer.finish(written, &mut report);
+                    if std::mem::take(&mut idle_write) && inflight.is_empty() {
+                        claim_now = true;
+                    }
                 }
                 () = sleep_until(write_at) => {}
                 () = sleep_until(poll_at), if !claim_now => {
@@ -208,6 +226,20 @@ impl<S: Maintenance> Relay<S> {
                         wakeups = None;
                     }
                 }
+            }
+        }
+        // A claim still under way: its tasks are given back unstarted.
+        if let Some(claim) = claiming.take() {
+            match tokio::time::timeout(config.shutdown_timeout, claim.task).await {
+                Ok(Ok(Ok(records))) => {
+                    for record in records {
+                        if record.status != Status::Failed {
+                            let fence = self.worker.fence(&record);
+                            writer.push(transition::release(fence), later(claim.at, self.worker.config().lease_duration));
+                        }
+                    }
+                }
+                _ => report.errors += 1,
             }
         }
         stop_maintaining.cancel();
@@ -240,38 +272,55 @@ impl<S: Maintenance> Relay<S> {
         report
     }
 
-    /// Claims up to `limit` due tasks and starts their handlers. `Ok(true)` when the
-    /// claim came back full (more may be due).
-    async fn claim(
-        &self,
-        limit: usize,
-        inflight: &mut Inflight<S>,
-        writer: &mut ResultWriter,
-        report: &mut RelayReport,
-    ) -> Result<bool, ()> {
+    /// Starts claiming up to `limit` available tasks in a task of its own.
+    fn start_claim(&self, limit: usize) -> Claiming {
         let request = BatchRequest {
             lease: self.worker.lease_request(),
             limit,
             after: None,
             due_by: None,
         };
-        let claimed_at = Instant::now();
-        let records = match self.worker.store().claim_due(&request).await {
-            Ok(records) => records,
-            Err(error) => {
+        let store = self.worker.store().clone();
+        Claiming {
+            at: Instant::now(),
+            limit,
+            task: AbortOnDropHandle::new(tokio::spawn(
+                async move { store.claim_due(&request).await },
+            )),
+        }
+    }
+
+    /// Starts the handlers of what `claim` took. `Ok(true)` when the claim
+    /// came back full (more may be available).
+    fn started(
+        &self,
+        claimed: Claimed,
+        claim: &Claiming,
+        inflight: &mut Inflight<S>,
+        writer: &mut ResultWriter,
+        report: &mut RelayReport,
+    ) -> Result<bool, ()> {
+        let records = match claimed {
+            Ok(Ok(records)) => records,
+            Ok(Err(error)) => {
                 report.errors += 1;
                 tracing::warn!(error = %error.chain(), "relay could not claim tasks");
                 return Err(());
             }
+            Err(error) => {
+                report.errors += 1;
+                tracing::warn!(%error, "relay's claim task ended abnormally");
+                return Err(());
+            }
         };
-        let full = records.len() == request.limit;
+        let full = records.len() == claim.limit;
         for record in records {
             if record.status == Status::Failed {
                 report.expired += 1;
                 telemetry::expired(1);
             } else {
                 report.claimed += 1;
-                inflight.start(record, claimed_at, writer);
+                inflight.start(record, claim.at, writer);
             }
         }
         Ok(full)
@@ -306,6 +355,25 @@ impl<S: Maintenance> Relay<S> {
                 None
             }
         }
+    }
+}
+
+/// A claim under way: its task, its size and when it started (its lease
+/// started no earlier).
+struct Claiming {
+    task: AbortOnDropHandle<Result<Vec<crate::Record>>>,
+    limit: usize,
+    at: Instant,
+}
+
+/// What a claim task came to.
+type Claimed = std::result::Result<Result<Vec<crate::Record>>, tokio::task::JoinError>;
+
+/// The outcome of the claim under way; never resolves when there is none.
+async fn claimed(claiming: &mut Option<Claiming>) -> Claimed {
+    match claiming {
+        Some(claim) => (&mut claim.task).await,
+        None => std::future::pending().await,
     }
 }
 
