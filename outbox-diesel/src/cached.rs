@@ -83,6 +83,17 @@ impl<DB: Backend> std::fmt::Debug for CachedQuery<'_, DB> {
 }
 
 impl<'f, DB: Backend> CachedQuery<'f, DB> {
+    /// Replaces the statement's text, keeping its binds and whether it is
+    /// cached: for builders that bind values before their text is complete.
+    pub fn sql(self, sql: &'f str) -> Self {
+        let cacheable = self.cacheable;
+        CachedQuery {
+            binds: self.binds,
+            cacheable,
+            ..cached(sql)
+        }
+    }
+
     /// Binds `value` as SQL type `ST` to the next placeholder.
     pub fn bind<ST, T>(mut self, value: T) -> Self
     where

@@ -43,7 +43,7 @@ fn spread<T: PartialEq + Clone>(values: Vec<Option<T>>) -> Spread<Option<T>> {
     }
 }
 
-type Query<'a> = diesel::query_builder::BoxedSqlQuery<'a, Pg, diesel::query_builder::SqlQuery>;
+type Query<'a> = outbox_diesel::CachedQuery<'a, Pg>;
 
 /// Accumulates the statement and its binds together, so `$n` always matches.
 struct Builder<'a> {
@@ -64,7 +64,7 @@ impl<'a> Builder<'a> {
     where
         Pg: HasSqlType<ST>,
         V: ToSql<ST, Pg> + Send + 'a,
-        ST: Send + 'a,
+        ST: Send + 'static,
     {
         self.query = self.query.take().map(|query| query.bind::<ST, V>(value));
     }
@@ -142,7 +142,9 @@ pub(crate) async fn insert(
 ) -> Result<Vec<TaskId>> {
     let payloads: Vec<&[u8]> = tasks.iter().map(|t| t.payload.as_slice()).collect();
     let mut b = Builder {
-        query: Some(diesel::sql_query("").into_boxed()),
+        // Its text takes one of a few shapes (which columns vary by row), so
+        // each connection prepares it once per shape.
+        query: Some(outbox_diesel::cached("")),
         params: 0,
         exprs: Vec::new(),
         arrays: Vec::new(),
@@ -219,7 +221,7 @@ pub(crate) async fn insert(
         .query
         .take()
         .ok_or_else(|| Error::database("the batch insert was already built"))?;
-    let rows: Vec<NewId> = query.sql(sql).load(conn).await.map_err(postgres_error)?;
+    let rows: Vec<NewId> = query.sql(&sql).load(conn).await.map_err(postgres_error)?;
     if rows.len() != tasks.len() {
         return Err(Error::database(format!(
             "inserted {} rows for {} tasks",

@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 
-use chrono::{DateTime, Utc};
 use diesel::{
     prelude::*,
     sql_types::{Array, BigInt, Bool, Bytea, Integer, Jsonb, Nullable, Text, Timestamptz},
@@ -19,20 +18,6 @@ fn check(task: &Task) -> Result<serde_json::Value> {
     timestamp::check("expires_at", task.expires_at)?;
     timestamp::check("not_before", task.not_before)?;
     serde_json::to_value(&task.headers).map_err(|e| Error::invalid("headers", e.to_string()))
-}
-
-#[derive(Insertable)]
-#[diesel(table_name = outbox_tasks)]
-struct NewTask<'a> {
-    kind: &'a str,
-    version: i32,
-    payload: &'a [u8],
-    headers: serde_json::Value,
-    ordering_key: Option<&'a str>,
-    dedup_key: Option<&'a str>,
-    max_attempts: Option<i32>,
-    next_attempt_at: Option<DateTime<Utc>>,
-    expires_at: Option<DateTime<Utc>>,
 }
 
 /// Inserts one task; a `dedup_key` already present returns the existing id.
@@ -71,57 +56,53 @@ impl Inserted1 {
     }
 }
 
+/// One row, every column bound (absent ones as NULL), so the text never
+/// varies and each connection prepares it once. The status is
+/// [`transition::enqueued`](outbox_core::transition::enqueued): blocked
+/// unless the task heads its key, else waiting while its `not_before` (on
+/// the database clock) is ahead.
+const INSERT_ONE: &str = "\
+INSERT INTO outbox_tasks (kind, version, payload, headers, ordering_key, dedup_key,
+                          max_attempts, next_attempt_at, expires_at, status)
+VALUES ($1, $2, $3, $4, $5, $6, $7, COALESCE($8, now()), $9,
+        CASE WHEN NOT $10 THEN 'blocked' WHEN $8 > now() THEN 'waiting' ELSE 'available' END)
+ON CONFLICT (dedup_key) DO NOTHING
+RETURNING id";
+
+#[derive(QueryableByName)]
+struct NewId {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+}
+
 async fn insert_one(
     conn: &mut AsyncPgConnection,
     task: &Task,
     headers: serde_json::Value,
     head: bool,
 ) -> Result<Inserted1> {
-    let row = NewTask {
-        kind: &task.kind,
-        version: task.version,
-        payload: &task.payload,
-        headers,
-        ordering_key: task.ordering_key.as_deref(),
-        dedup_key: task.dedup_key.as_deref(),
-        max_attempts: task.max_attempts,
-        next_attempt_at: task.not_before,
-        expires_at: task.expires_at,
-    };
     // A dedup key held by a row that is purged between our conflict and our
     // lookup frees the key again, so a second insert settles it.
     for _ in 0..3 {
-        let inserted = if head && task.not_before.is_none() {
-            // Available: the column's default, and a statement diesel caches.
-            diesel::insert_into(outbox_tasks::table)
-                .values(&row)
-                .on_conflict(outbox_tasks::dedup_key)
-                .do_nothing()
-                .returning(outbox_tasks::id)
-                .get_result::<i64>(conn)
-                .await
-        } else {
-            // transition::enqueued: blocked unless it heads its key, else
-            // waiting while its not_before (on the database clock) is ahead.
-            let status = diesel::dsl::sql::<Text>("CASE WHEN NOT ")
-                .bind::<Bool, _>(head)
-                .sql(" THEN 'blocked' WHEN ")
-                .bind::<Nullable<Timestamptz>, _>(task.not_before)
-                .sql(" > now() THEN 'waiting' ELSE 'available' END");
-            diesel::insert_into(outbox_tasks::table)
-                .values((&row, outbox_tasks::status.eq(status)))
-                .on_conflict(outbox_tasks::dedup_key)
-                .do_nothing()
-                .returning(outbox_tasks::id)
-                .get_result::<i64>(conn)
-                .await
+        let inserted: Option<NewId> = cached(INSERT_ONE)
+            .bind::<Text, _>(&task.kind)
+            .bind::<Integer, _>(task.version)
+            .bind::<Bytea, _>(&task.payload)
+            .bind::<Jsonb, _>(&headers)
+            .bind::<Nullable<Text>, _>(task.ordering_key.as_deref())
+            .bind::<Nullable<Text>, _>(task.dedup_key.as_deref())
+            .bind::<Nullable<Integer>, _>(task.max_attempts)
+            .bind::<Nullable<Timestamptz>, _>(task.not_before)
+            .bind::<Nullable<Timestamptz>, _>(task.expires_at)
+            .bind::<Bool, _>(head)
+            .get_result(conn)
+            .await
+            .optional()
+            .map_err(postgres_error)?;
+        if let Some(row) = inserted {
+            return Ok(Inserted1::New(TaskId::new(row.id)));
         }
-        .optional()
-        .map_err(postgres_error)?;
-        if let Some(id) = inserted {
-            return Ok(Inserted1::New(TaskId::new(id)));
-        }
-        let Some(key) = row.dedup_key else {
+        let Some(key) = task.dedup_key.as_deref() else {
             return Err(Error::database("insert returned no id"));
         };
         if let Some(id) = existing(conn, key).await? {

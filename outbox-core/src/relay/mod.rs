@@ -235,7 +235,10 @@ impl<S: Maintenance> Relay<S> {
                     for record in records {
                         if record.status != Status::Failed {
                             let fence = self.worker.fence(&record);
-                            writer.push(transition::release(fence), later(claim.at, self.worker.config().lease_duration));
+                            writer.push(
+                                transition::release(fence),
+                                later(claim.at, self.worker.config().lease_duration),
+                            );
                         }
                     }
                 }

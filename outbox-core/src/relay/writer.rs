@@ -28,7 +28,8 @@ struct Writing {
 }
 
 /// What a write in flight came to.
-pub(super) type Written = std::result::Result<(Vec<Completion>, Result<WriteReport>), tokio::task::JoinError>;
+pub(super) type Written =
+    std::result::Result<(Vec<Completion>, Result<WriteReport>), tokio::task::JoinError>;
 
 /// The results a relay has not written yet, oldest first.
 pub(super) struct ResultWriter {
