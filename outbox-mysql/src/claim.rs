@@ -22,7 +22,11 @@ use outbox_core::{
 };
 use outbox_diesel::{cached, mysql_error};
 
-use crate::{row::TaskRow, store_transaction::read_committed, timestamp};
+use crate::{
+    row::TaskRow,
+    store_transaction::{Isolation, read_committed},
+    timestamp,
+};
 
 #[derive(QueryableByName)]
 struct Locked {
@@ -40,8 +44,9 @@ pub(crate) async fn one(
     conn: &mut AsyncMysqlConnection,
     id: TaskId,
     lease: &LeaseRequest,
+    isolation: Isolation,
 ) -> Result<ClaimOutcome> {
-    read_committed(conn, async |conn| {
+    read_committed(conn, isolation, async |conn| {
         let locked: Option<Locked> = cached(LOCK_ONE_SQL)
             .bind::<BigInt, _>(id.get())
             .get_result(conn)
@@ -208,11 +213,12 @@ FOR UPDATE SKIP LOCKED";
 pub(crate) async fn due(
     conn: &mut AsyncMysqlConnection,
     request: &BatchRequest,
+    isolation: Isolation,
 ) -> Result<Vec<Record>> {
     let limit =
         i64::try_from(request.limit).map_err(|_| Error::invalid("batch_size", "too large"))?;
     let due_by = timestamp::to_column_opt("due_by", request.due_by)?;
-    read_committed(conn, async |conn| {
+    read_committed(conn, isolation, async |conn| {
         let locked: Vec<Locked> = cached::<Mysql>(LOCK_DUE_SQL)
             .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
             .bind::<Nullable<Datetime>, _>(due_by)

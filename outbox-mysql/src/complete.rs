@@ -16,7 +16,10 @@ use outbox_core::{
 };
 use outbox_diesel::{micros, mysql_error};
 
-use crate::{keys, store_transaction::read_committed};
+use crate::{
+    keys,
+    store_transaction::{Isolation, read_committed},
+};
 
 /// Writes `completions`; returns how many rows were still current and applied.
 ///
@@ -33,11 +36,12 @@ use crate::{keys, store_transaction::read_committed};
 pub(crate) async fn write(
     conn: &mut AsyncMysqlConnection,
     completions: &[Completion],
+    isolation: Isolation,
 ) -> Result<u64> {
     if !completions.iter().any(transition::moves_key_on) {
         return write_all(conn, completions).await;
     }
-    read_committed(conn, async |conn| {
+    read_committed(conn, isolation, async |conn| {
         // Lock the rows whose results will apply, so the keys moved on are
         // exactly those of results that applied (MySQL has no RETURNING).
         let finishing: Vec<&Completion> = completions

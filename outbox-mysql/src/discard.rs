@@ -10,7 +10,10 @@ use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
 use outbox_core::{Result, TaskId};
 use outbox_diesel::mysql_error;
 
-use crate::{keys, store_transaction::read_committed};
+use crate::{
+    keys,
+    store_transaction::{Isolation, read_committed},
+};
 
 #[derive(QueryableByName)]
 struct Key {
@@ -26,7 +29,11 @@ struct Before {
 
 /// Discards task `id` if it may be; `false` when it is absent, running,
 /// finished (but failed) or held by another transaction this instant.
-pub(crate) async fn one(conn: &mut AsyncMysqlConnection, id: TaskId) -> Result<bool> {
+pub(crate) async fn one(
+    conn: &mut AsyncMysqlConnection,
+    id: TaskId,
+    isolation: Isolation,
+) -> Result<bool> {
     // The key never changes, so it can be read before the transaction.
     let key: Option<Key> = diesel::sql_query("SELECT ordering_key FROM outbox_tasks WHERE id = ?")
         .bind::<BigInt, _>(id.get())
@@ -40,7 +47,7 @@ pub(crate) async fn one(conn: &mut AsyncMysqlConnection, id: TaskId) -> Result<b
     // A key that is not UTF-8 was written by another program; no count
     // of ours holds it.
     let ordering_key = ordering_key.and_then(|key| String::from_utf8(key).ok());
-    read_committed(conn, async |conn| {
+    read_committed(conn, isolation, async |conn| {
         // The key first, as enqueue takes it: a completion that holds the
         // key may be about to unblock this very task.
         if let Some(key) = &ordering_key {

@@ -8,7 +8,7 @@ use diesel::{
     OptionalExtension, QueryableByName,
     sql_types::{BigInt, Nullable, Text},
 };
-use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
+use diesel_async::RunQueryDsl;
 use outbox_core::{Maintenance, Result, Stats, Status, TaskId};
 use outbox_diesel::{cached, micros, mysql_error};
 
@@ -123,7 +123,7 @@ impl Maintenance for MysqlStore {
     }
 
     async fn discard_task(&self, id: TaskId) -> Result<bool> {
-        discard::one(&mut *self.conn().await?, id).await
+        discard::one(&mut *self.conn().await?, id, self.isolation()).await
     }
 
     async fn requeue_failed(&self, id: TaskId) -> Result<bool> {
@@ -139,9 +139,7 @@ impl Maintenance for MysqlStore {
         let mut conn = self.conn().await?;
         // READ COMMITTED: no gap locks on the finished_at index, so a purge
         // never blocks the application's inserts.
-        conn.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-            .await
-            .map_err(mysql_error)?;
+        self.isolation().apply(&mut conn).await?;
         let deleted = diesel::sql_query(PURGE)
             .bind::<BigInt, _>(micros(older_than))
             .bind::<BigInt, _>(i64::from(limit))

@@ -4,9 +4,11 @@
 //! them, under READ COMMITTED so it takes no gap locks.
 
 use diesel::sql_types::{BigInt, Text};
-use diesel_async::{AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
+use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
 use outbox_core::{Result, transition};
 use outbox_diesel::{cached, mysql_error};
+
+use crate::store_transaction::Isolation;
 
 /// [`transition::promote`] in SQL.
 const PROMOTE: &str = "\
@@ -29,15 +31,13 @@ WHERE status = 'running' AND lease_expires_at <= UTC_TIMESTAMP(6)
 ORDER BY lease_expires_at
 LIMIT ?";
 
-async fn read_committed(conn: &mut AsyncMysqlConnection) -> Result<()> {
-    conn.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        .await
-        .map_err(mysql_error)
-}
-
 /// Makes up to `limit` due waiting tasks available.
-pub(crate) async fn promote(conn: &mut AsyncMysqlConnection, limit: u32) -> Result<u64> {
-    read_committed(conn).await?;
+pub(crate) async fn promote(
+    conn: &mut AsyncMysqlConnection,
+    limit: u32,
+    isolation: Isolation,
+) -> Result<u64> {
+    isolation.apply(conn).await?;
     let moved = cached(PROMOTE)
         .bind::<BigInt, _>(i64::from(limit))
         .execute(conn)
@@ -47,8 +47,12 @@ pub(crate) async fn promote(conn: &mut AsyncMysqlConnection, limit: u32) -> Resu
 }
 
 /// Rescues up to `limit` running tasks whose lease lapsed.
-pub(crate) async fn rescue(conn: &mut AsyncMysqlConnection, limit: u32) -> Result<u64> {
-    read_committed(conn).await?;
+pub(crate) async fn rescue(
+    conn: &mut AsyncMysqlConnection,
+    limit: u32,
+    isolation: Isolation,
+) -> Result<u64> {
+    isolation.apply(conn).await?;
     let moved = cached(RESCUE)
         .bind::<Text, _>(transition::LAPSED_ERROR)
         .bind::<Text, _>(transition::LAPSED_ERROR)
