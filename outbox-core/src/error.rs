@@ -50,7 +50,8 @@ pub enum Error {
         /// Earliest time of the next attempt.
         at: DateTime<Utc>,
     },
-    /// An older task with the same ordering key has not succeeded yet.
+    /// An older task with the same ordering key has neither succeeded nor
+    /// been discarded yet.
     #[error("task {id} waits for an older task with the same ordering key")]
     Blocked {
         /// The task.
@@ -62,6 +63,9 @@ pub enum Error {
     /// The task already failed for good; `requeue` it to try again.
     #[error("task {0} has failed; requeue it to send it again")]
     Failed(TaskId),
+    /// An operator discarded the task; it is never sent.
+    #[error("task {0} was discarded; it is never sent")]
+    Discarded(TaskId),
     /// Only a failed task can be requeued.
     #[error("task {id} is {status}, not failed; only failed tasks can be requeued")]
     NotFailed {
@@ -70,7 +74,19 @@ pub enum Error {
         /// Its current status.
         status: crate::Status,
     },
-    /// No handler is registered for the task's kind and version; the task stays pending.
+    /// A running task (its handler may be under way) or a finished one cannot
+    /// be discarded.
+    #[error(
+        "task {id} is {status}; only available, waiting, blocked or failed tasks can be discarded"
+    )]
+    NotDiscardable {
+        /// The task.
+        id: TaskId,
+        /// Its current status.
+        status: crate::Status,
+    },
+    /// No handler is registered for the task's kind and version; the task is
+    /// retried after the retry policy's first delay.
     #[error("task {id}: no handler registered for {key}")]
     NoHandler {
         /// The task.
@@ -85,7 +101,7 @@ pub enum Error {
         id: TaskId,
         /// The attempt that failed (1-based).
         attempt: i64,
-        /// Whether the task stays pending for another attempt.
+        /// Whether the task waits for another attempt.
         will_retry: bool,
         /// The handler's error text, as recorded in `last_error`.
         message: String,
@@ -324,6 +340,7 @@ mod tests {
         assert!(Error::Blocked { id }.is_retryable());
         assert!(!Error::NotFound(id).is_retryable());
         assert!(!Error::Failed(id).is_retryable());
+        assert!(!Error::Discarded(id).is_retryable());
         assert!(!Error::NotTransaction.is_retryable());
     }
 }

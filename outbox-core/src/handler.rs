@@ -42,7 +42,7 @@ pub struct HandlerError {
 }
 
 impl HandlerError {
-    /// A failure that another attempt may fix (the task stays pending).
+    /// A failure that another attempt may fix (the task waits for another attempt).
     pub fn retryable(error: impl Into<anyhow::Error>) -> Self {
         Self {
             permanent: false,

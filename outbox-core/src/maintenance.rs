@@ -1,23 +1,78 @@
-//! Operations beside sending: [`Maintenance`] (stats, requeue, purge, wake-ups).
+//! Operations beside sending: [`Maintenance`] (stats, requeue, discard,
+//! purge, wake-ups).
 
 use std::{future::Future, pin::Pin, time::Duration};
 
 use futures_util::Stream;
 
-use crate::{Error, Result, Store, TaskId};
+use crate::{Error, Result, Status, Store, TaskId};
 
 /// Counts per status and how far behind the outbox is.
+///
+/// Every count is exact but `succeeded`, which on a table the database
+/// estimates at 100,000 rows or more is that estimate less the exact counts:
+/// counting the rows kept for retention would read them all. The exact counts read indexes that hold
+/// only the rows of their status, so their cost grows with the backlog, never
+/// with the retained history.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Tasks waiting for (or in) an attempt.
-    pub pending: u64,
-    /// Tasks delivered and kept for retention.
+    /// Tasks due and first in line for their key: claimable now.
+    pub available: u64,
+    /// Tasks scheduled for later or backing off before a retry.
+    pub waiting: u64,
+    /// Tasks claimed by a worker (leases live or lapsed and not yet rescued).
+    pub running: u64,
+    /// Tasks behind an older unfinished task of their ordering key.
+    pub blocked: u64,
+    /// Tasks delivered and kept for retention: an estimate on a large table.
     pub succeeded: u64,
     /// Tasks that failed for good and wait for an operator.
     pub failed: u64,
-    /// How long the oldest due task has been due; `None` when nothing is due.
+    /// Tasks an operator gave up, kept for retention.
+    pub discarded: u64,
+    /// How long the available task first in line has been due; `None` when
+    /// nothing is available. A growing value means the relays fall behind.
     pub oldest_due_age: Option<Duration>,
+}
+
+impl Stats {
+    /// Tasks not finished yet: available, waiting, running and blocked.
+    pub fn backlog(&self) -> u64 {
+        self.available + self.waiting + self.running + self.blocked
+    }
+
+    /// Each status with its count, in the order of [`Status::ALL`].
+    pub fn by_status(&self) -> [(Status, u64); 7] {
+        Status::ALL.map(|status| (status, self.count(status)))
+    }
+
+    /// The count of one status.
+    pub fn count(&self, status: Status) -> u64 {
+        match status {
+            Status::Available => self.available,
+            Status::Waiting => self.waiting,
+            Status::Running => self.running,
+            Status::Blocked => self.blocked,
+            Status::Succeeded => self.succeeded,
+            Status::Failed => self.failed,
+            Status::Discarded => self.discarded,
+        }
+    }
+
+    /// Sets the count of one status; for backends building a `Stats`.
+    pub fn set(&mut self, status: Status, count: u64) {
+        let slot = match status {
+            Status::Available => &mut self.available,
+            Status::Waiting => &mut self.waiting,
+            Status::Running => &mut self.running,
+            Status::Blocked => &mut self.blocked,
+            Status::Succeeded => &mut self.succeeded,
+            Status::Failed => &mut self.failed,
+            Status::Discarded => &mut self.discarded,
+        };
+        *slot = count;
+    }
 }
 
 /// Signals that new tasks may be due (PostgreSQL `NOTIFY`); the stream ends
@@ -26,13 +81,21 @@ pub type Wakeups = Pin<Box<dyn Stream<Item = ()> + Send>>;
 
 /// What operators and the [`Relay`](crate::Relay) need beyond sending.
 pub trait Maintenance: Store {
-    /// Counts per status and the age of the oldest due task.
+    /// Counts per status and the age of the oldest available task; see
+    /// [`Stats`] for which counts are exact.
     fn stats(&self) -> impl Future<Output = Result<Stats>> + Send;
 
-    /// Makes task `id` pending and due at once if it is failed, keeping its
-    /// attempts and last error; `false` when it is not failed (or absent).
-    /// The building block of [`requeue`](Maintenance::requeue).
+    /// Makes task `id` available at once if it is failed, clearing its
+    /// `expires_at` and keeping its attempts and last error
+    /// ([`transition::requeue`](crate::transition::requeue)); `false` when it
+    /// is not failed (or absent). The building block of
+    /// [`requeue`](Maintenance::requeue).
     fn requeue_failed(&self, id: TaskId) -> impl Future<Output = Result<bool>> + Send;
+    /// Discards task `id` if it is available, waiting, blocked or failed
+    /// ([`transition::discard`](crate::transition::discard)), letting its
+    /// ordering key move on in the same transaction; `false` when it is not
+    /// (or absent). The building block of [`discard`](Maintenance::discard).
+    fn discard_task(&self, id: TaskId) -> impl Future<Output = Result<bool>> + Send;
 
     /// Deletes up to `limit` tasks finished more than `older_than` ago, in one
     /// statement; returns how many. The building block of
@@ -43,9 +106,11 @@ pub trait Maintenance: Store {
         limit: u32,
     ) -> impl Future<Output = Result<u64>> + Send;
 
-    /// Gives a failed task another chance: pending and due at once, its
-    /// attempts and last error kept. [`Error::NotFailed`] unless it is failed,
-    /// [`Error::NotFound`] when there is no such task.
+    /// Gives a failed task another chance: available at once, its deadline
+    /// cleared so an expired task really runs again, its attempts and last
+    /// error kept. It keeps its place at the head of its ordering key, so the
+    /// key's later tasks still wait for it. [`Error::NotFailed`] unless it is
+    /// failed, [`Error::NotFound`] when there is no such task.
     fn requeue(&self, id: TaskId) -> impl Future<Output = Result<()>> + Send {
         async move {
             if self.requeue_failed(id).await? {
@@ -56,9 +121,25 @@ pub trait Maintenance: Store {
         }
     }
 
-    /// Deletes succeeded and failed tasks finished more than `older_than`
-    /// ago, `batch` rows per statement so no statement holds locks for long;
-    /// returns how many were deleted. Pending tasks are never touched.
+    /// Gives a task up without sending it: it becomes discarded, and if it
+    /// held its ordering key (a failed head, say), the key's next task goes.
+    /// [`Error::NotDiscardable`] for a running or finished task (a failed one
+    /// excepted), [`Error::NotFound`] when there is no such task.
+    fn discard(&self, id: TaskId) -> impl Future<Output = Result<()>> + Send {
+        async move {
+            if self.discard_task(id).await? {
+                return Ok(());
+            }
+            let status = self.get(id).await?.status;
+            Err(Error::NotDiscardable { id, status })
+        }
+    }
+
+    /// Deletes succeeded, discarded and failed tasks finished more than
+    /// `older_than` ago, `batch` rows per statement so no statement holds
+    /// locks for long; returns how many were deleted. Unfinished tasks are
+    /// never touched, nor a failed task that still holds its ordering key:
+    /// deleting it would let the key's later tasks overtake it unnoticed.
     /// `older_than` past [`MAX_DURATION`](crate::limits::MAX_DURATION) is
     /// refused, naming it.
     fn purge_finished(
@@ -90,9 +171,9 @@ pub trait Maintenance: Store {
         }
     }
 
-    /// How long until the next pending task that is not due yet becomes due
-    /// (a scheduled task, or a retry after its backoff); `None` when none is
-    /// waiting. The relay sleeps at most this long.
+    /// How long until the next waiting task becomes due (a scheduled task,
+    /// or a retry after its backoff); `None` when none is waiting. The
+    /// relay's promotion step sleeps at most this long.
     fn next_due(&self) -> impl Future<Output = Result<Option<Duration>>> + Send;
 
     /// A stream of wake-ups sent when tasks are committed, if the store

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 
 use crate::{Error, Headers, Result, Status, Task, TaskId, transition::TaskState};
 
-/// A worker's claim on a pending task: who is sending it and until when.
+/// A worker's claim on a running task: who is sending it and until when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
     /// The claiming worker's owner name.
@@ -34,7 +34,8 @@ pub struct Record {
     pub released: i64,
     /// Not claimable before this instant (backoff or schedule).
     pub next_attempt_at: DateTime<Utc>,
-    /// The live or lapsed claim, if any.
+    /// The claim while the task is running (live, or lapsed and not yet
+    /// rescued).
     pub lease: Option<Lease>,
     /// The latest failure, empty after success; at most 4 KiB.
     pub last_error: String,
@@ -42,7 +43,7 @@ pub struct Record {
     pub created_at: DateTime<Utc>,
     /// When the row last changed (database clock).
     pub updated_at: DateTime<Utc>,
-    /// When the task succeeded or failed.
+    /// When the task succeeded, failed or was discarded.
     pub finished_at: Option<DateTime<Utc>>,
 }
 
@@ -65,6 +66,8 @@ impl Record {
             expires_at: self.task.expires_at,
             lease: self.lease.clone(),
             finished_at: self.finished_at,
+            ordering_key: self.task.ordering_key.clone(),
+            last_error: self.last_error.clone(),
         }
     }
 }

@@ -7,6 +7,7 @@ use futures_util::{StreamExt, stream};
 use crate::{
     BatchRequest, Error, Record, Result, Status, Store, Worker,
     limits::MAX_BATCH_SIZE,
+    relay::maintainer::drain,
     telemetry,
     transition::{self, Completion},
 };
@@ -30,15 +31,22 @@ pub struct RoundReport {
     /// Results that could not be written, nor a failure in their place; their
     /// tasks run again once their lease lapses.
     pub dropped: u64,
+    /// Waiting tasks made available because their time had come.
+    pub promoted: u64,
+    /// Running tasks whose lease had lapsed, made available again (or failed
+    /// when out of attempts).
+    pub rescued: u64,
 }
 
 impl RoundReport {
     fn count(&mut self, completion: &Completion) {
         match completion.status {
-            Status::Pending if completion.released => self.released += 1,
-            Status::Pending => self.retried += 1,
+            _ if completion.released => self.released += 1,
             Status::Succeeded => self.succeeded += 1,
-            Status::Failed => self.failed += 1,
+            Status::Failed | Status::Discarded => self.failed += 1,
+            Status::Available | Status::Waiting | Status::Running | Status::Blocked => {
+                self.retried += 1
+            }
         }
     }
 }
@@ -46,8 +54,10 @@ impl RoundReport {
 impl<S: Store> Worker<S> {
     /// One compensation round over every due task.
     ///
-    /// Claims due tasks in id order, `batch_size` at a time, with `SKIP
-    /// LOCKED` so that several workers share the work. A round considers only
+    /// First makes due waiting tasks available and rescues lapsed leases,
+    /// `batch_size` rows per statement. Then claims available tasks in id
+    /// order, `batch_size` at a time, with `SKIP LOCKED` so that several
+    /// workers share the work. A round considers only
     /// tasks due when it began, so each task is tried at most once per round
     /// even when its retry is due at once or another worker runs a round
     /// concurrently. Handlers run concurrently (up to the configured
@@ -65,6 +75,11 @@ impl<S: Store> Worker<S> {
             ));
         }
         let mut report = RoundReport::default();
+        // Bounded by MAX_BATCH_SIZE above.
+        let step = u32::try_from(batch_size).unwrap_or(u32::MAX);
+        report.promoted = drain(step, || self.store().promote(step)).await?;
+        report.rescued = drain(step, || self.store().rescue(step)).await?;
+        telemetry::moved(report.promoted, report.rescued);
         let mut request = BatchRequest {
             lease: self.lease_request(),
             limit: batch_size,

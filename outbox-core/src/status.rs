@@ -2,35 +2,68 @@
 
 use std::{fmt, str::FromStr};
 
-/// Where a task is in its life (see docs/semantics.md).
+/// Where a task is in its life (see docs/semantics.md and docs/architecture.md).
 ///
-/// "In flight" is not a status of its own: it is `Pending` with a live lease.
+/// Claims read only [`Available`](Status::Available) rows, so tasks that wait
+/// for their time or for an older task of their ordering key cost a claim
+/// nothing, however many there are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Status {
-    /// Waiting for (or in) an attempt.
-    Pending,
+    /// Due, and first in line for its ordering key: a relay may claim it now.
+    Available,
+    /// Not due yet: scheduled for later, or backing off before a retry. A
+    /// small periodic step makes it available once due.
+    Waiting,
+    /// Claimed: a worker holds a lease on it. A lapsed lease is rescued back
+    /// to available by a periodic step (or taken over by `send`).
+    Running,
+    /// Behind an older unfinished task with the same ordering key; it moves
+    /// on when every older task of its key has succeeded or been discarded.
+    Blocked,
     /// A handler returned `Ok`; never sent again.
     Succeeded,
     /// Failed for good: a permanent error, `max_attempts` reached, or expired.
+    /// A failed task still holds its ordering key until it is requeued or
+    /// discarded.
     Failed,
+    /// Given up by an operator: never sent, and no longer holds its ordering key.
+    Discarded,
 }
 
 impl Status {
-    /// Every status, in the order of the diagram.
-    pub const ALL: [Status; 3] = [Status::Pending, Status::Succeeded, Status::Failed];
+    /// Every status, in the order of the diagram in docs/architecture.md.
+    pub const ALL: [Status; 7] = [
+        Status::Blocked,
+        Status::Waiting,
+        Status::Available,
+        Status::Running,
+        Status::Succeeded,
+        Status::Failed,
+        Status::Discarded,
+    ];
 
     /// The text stored in the `status` column.
     pub const fn as_str(self) -> &'static str {
         match self {
-            Status::Pending => "pending",
+            Status::Available => "available",
+            Status::Waiting => "waiting",
+            Status::Running => "running",
+            Status::Blocked => "blocked",
             Status::Succeeded => "succeeded",
             Status::Failed => "failed",
+            Status::Discarded => "discarded",
         }
     }
 
     /// Whether the task reached an end state (kept only for retention).
     pub const fn is_finished(self) -> bool {
-        !matches!(self, Status::Pending)
+        matches!(self, Status::Succeeded | Status::Failed | Status::Discarded)
+    }
+
+    /// Whether a task in this status keeps the later tasks of its ordering
+    /// key waiting: every status but succeeded and discarded.
+    pub const fn holds_key(self) -> bool {
+        !matches!(self, Status::Succeeded | Status::Discarded)
     }
 }
 
@@ -66,8 +99,17 @@ mod tests {
             assert_eq!(status.as_str().parse::<Status>(), Ok(status));
         }
         assert_eq!(
-            "done".parse::<Status>(),
-            Err(UnknownStatus("done".to_owned()))
+            "pending".parse::<Status>(),
+            Err(UnknownStatus("pending".to_owned()))
         );
+    }
+
+    #[test]
+    fn only_succeeded_and_discarded_let_a_key_move_on() {
+        let moving: Vec<Status> = Status::ALL
+            .into_iter()
+            .filter(|status| !status.holds_key())
+            .collect();
+        assert_eq!(moving, [Status::Succeeded, Status::Discarded]);
     }
 }

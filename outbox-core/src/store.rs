@@ -23,7 +23,7 @@ pub enum ClaimOutcome {
     Expired,
     /// No such task.
     NotFound,
-    /// It is succeeded or failed.
+    /// It is succeeded, failed or discarded.
     Finished(crate::Status),
     /// Another worker's lease is live.
     Leased {
@@ -35,11 +35,12 @@ pub enum ClaimOutcome {
         /// Earliest claim.
         at: chrono::DateTime<chrono::Utc>,
     },
-    /// An older task with the same ordering key is not finished.
+    /// An older task with the same ordering key has neither succeeded nor
+    /// been discarded.
     Blocked,
 }
 
-/// A request to claim due tasks in id order.
+/// A request to claim available tasks in id order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchRequest {
     /// Who claims, and for how long.
@@ -91,16 +92,29 @@ pub trait Store: Clone + Send + Sync + 'static {
         lease: &LeaseRequest,
     ) -> impl Future<Output = Result<ClaimOutcome>> + Send;
 
-    /// Claims up to `limit` due tasks in id order, skipping rows other
-    /// workers hold. Expired tasks met on the way are marked failed and
-    /// returned with status `Failed`, so a round can count them.
+    /// Claims up to `limit` available tasks in id order, skipping rows other
+    /// workers hold; waiting, running and blocked rows are never read.
+    /// Expired tasks met on the way are marked failed and returned with
+    /// status `Failed`, so a round can count them.
     fn claim_due(&self, request: &BatchRequest)
     -> impl Future<Output = Result<Vec<Record>>> + Send;
 
     /// Writes attempt results; each applies only under its fence. Returns how
-    /// many applied.
+    /// many applied. A result that lets an ordering key move on
+    /// ([`transition::moves_key_on`](crate::transition::moves_key_on))
+    /// unblocks the key's next task in the same transaction.
     fn complete(&self, completions: &[Completion]) -> impl Future<Output = Result<u64>> + Send;
 
     /// Reads one task.
     fn get(&self, id: TaskId) -> impl Future<Output = Result<Record>> + Send;
+    /// Makes up to `limit` waiting tasks whose time has come available
+    /// ([`transition::promote`](crate::transition::promote)), oldest due
+    /// first; returns how many. One short statement that reads only the rows
+    /// it moves. Rows another transaction holds are skipped where the
+    /// database can (`SKIP LOCKED` on PostgreSQL) and waited for otherwise.
+    fn promote(&self, limit: u32) -> impl Future<Output = Result<u64>> + Send;
+    /// Rescues up to `limit` running tasks whose lease lapsed
+    /// ([`transition::rescue`](crate::transition::rescue)); returns how
+    /// many. Locked rows are treated as by [`promote`](Store::promote).
+    fn rescue(&self, limit: u32) -> impl Future<Output = Result<u64>> + Send;
 }

@@ -9,7 +9,10 @@
 //! | `outbox_expired_total` | counter | | tasks that expired unsent |
 //! | `outbox_handler_duration_seconds` | histogram | `kind` | handler run time |
 //! | `outbox_commit_to_send_seconds` | histogram | `kind` | from insert to the first attempt's start |
-//! | `outbox_backlog` | gauge | | pending tasks, as the relay last counted |
+//! | `outbox_backlog` | gauge | | unfinished tasks (available, waiting, running, blocked), as the relay last counted |
+//! | `outbox_tasks` | gauge | `status` | tasks per status, as the relay last counted (`succeeded` is an estimate) |
+//! | `outbox_promoted_total` | counter | | waiting tasks made available once due |
+//! | `outbox_rescued_total` | counter | | running tasks whose lease lapsed, made available again (or failed when out of attempts) |
 //! | `outbox_relay_unwritten` | gauge | | finished results waiting for their write |
 //! | `outbox_send_async_deferred_total` | counter | | `send_async` calls left to the relay because `concurrency` sends were running |
 
@@ -43,16 +46,29 @@ pub(crate) fn commit_to_send(kind: &str, delay: Duration) {
 pub(crate) fn outcome(kind: &str, completion: &Completion) {
     let name = match (completion.status, &completion.last_error) {
         (Status::Succeeded, _) => "outbox_sent_total",
-        (Status::Failed, _) => "outbox_failed_total",
-        (Status::Pending, Some(_)) => "outbox_retried_total",
-        (Status::Pending, None) => return, // a claim given back is no outcome
+        (Status::Failed | Status::Discarded, _) => "outbox_failed_total",
+        (_, None) => return, // a claim given back is no outcome
+        (_, Some(_)) => "outbox_retried_total",
     };
     metrics::counter!(name, "kind" => kind.to_owned()).increment(1);
 }
 
-/// Publishes the number of pending tasks.
-pub(crate) fn backlog(pending: u64) {
-    metrics::gauge!("outbox_backlog").set(pending as f64);
+/// Publishes the counts of the last [`Stats`](crate::Stats).
+pub(crate) fn stats(stats: &crate::Stats) {
+    metrics::gauge!("outbox_backlog").set(stats.backlog() as f64);
+    for (status, count) in stats.by_status() {
+        metrics::gauge!("outbox_tasks", "status" => status.as_str()).set(count as f64);
+    }
+}
+
+/// Counts the moves of one maintenance step.
+pub(crate) fn moved(promoted: u64, rescued: u64) {
+    if promoted > 0 {
+        metrics::counter!("outbox_promoted_total").increment(promoted);
+    }
+    if rescued > 0 {
+        metrics::counter!("outbox_rescued_total").increment(rescued);
+    }
 }
 
 /// Publishes how many results wait for their write.

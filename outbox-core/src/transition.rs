@@ -27,10 +27,29 @@ pub struct TaskState {
     pub next_attempt_at: DateTime<Utc>,
     /// Deadline.
     pub expires_at: Option<DateTime<Utc>>,
-    /// Current claim.
+    /// Current claim: set exactly while the task is [`Status::Running`].
     pub lease: Option<Lease>,
     /// End time, set exactly when the status is final.
     pub finished_at: Option<DateTime<Utc>>,
+    /// The task's ordering key, if any.
+    pub ordering_key: Option<String>,
+    /// The latest failure, empty after success.
+    pub last_error: String,
+}
+
+/// The status a new task is stored with.
+///
+/// `head` says whether no unfinished task of its ordering key is in the table
+/// (always true without a key); `due` whether its `not_before` has come.
+/// Backends learn `head` from the key's count of open tasks, which they
+/// update in the same statement that locks it, so two transactions enqueueing
+/// one key take turns and the second one's task is blocked behind the first.
+pub fn enqueued(head: bool, due: bool) -> Status {
+    match (head, due) {
+        (false, _) => Status::Blocked,
+        (true, false) => Status::Waiting,
+        (true, true) => Status::Available,
+    }
 }
 
 /// Whether a task can be claimed now, and if not, why.
@@ -52,18 +71,25 @@ pub enum Availability {
     },
     /// An older task with the same ordering key is not finished.
     Blocked,
-    /// Already succeeded or failed.
+    /// Already succeeded, failed or discarded.
     Finished(Status),
 }
 
-/// Decides whether `state` may be claimed at `now`.
+/// Decides whether `state` may be claimed by id at `now`.
 ///
-/// `blocked` says whether an older task with the same ordering key is still
-/// pending or failed. A live lease wins over expiry (its holder decides), and
-/// expiry wins over the schedule.
-pub fn availability(state: &TaskState, now: DateTime<Utc>, blocked: bool) -> Availability {
+/// Batch claims read only available rows; a claim by id (`send`) also takes
+/// a waiting task whose time has come and a running one whose lease lapsed,
+/// since finding it costs nothing. A live lease wins over expiry (its holder
+/// decides), and expiry wins over the schedule. A blocked task is only
+/// blocked, past its deadline too: failing it would make a second task hold
+/// its key beside the head, and requeueing that one would run it beside the
+/// head and out of order. It expires once its key reaches it.
+pub fn availability(state: &TaskState, now: DateTime<Utc>) -> Availability {
     if state.status.is_finished() {
         return Availability::Finished(state.status);
+    }
+    if state.status == Status::Blocked {
+        return Availability::Blocked;
     }
     if let Some(lease) = &state.lease
         && lease.expires_at > now
@@ -74,9 +100,6 @@ pub fn availability(state: &TaskState, now: DateTime<Utc>, blocked: bool) -> Ava
     }
     if state.expires_at.is_some_and(|at| at <= now) {
         return Availability::Expired;
-    }
-    if blocked {
-        return Availability::Blocked;
     }
     if state.next_attempt_at > now {
         return Availability::NotDue {
@@ -95,6 +118,9 @@ pub struct Fence {
     pub owner: String,
     /// The attempt number the claim started (the row's `attempts` after the claim).
     pub attempt: i64,
+    /// The task's ordering key: a write that finishes the task moves the key
+    /// on in the same transaction.
+    pub ordering_key: Option<String>,
 }
 
 /// Claims `state` for `owner` until `now + lease`, starting the next attempt.
@@ -104,12 +130,12 @@ pub fn claim(
     owner: &str,
     now: DateTime<Utc>,
     lease: Duration,
-    blocked: bool,
 ) -> Result<(TaskState, Fence), Availability> {
-    match availability(state, now, blocked) {
+    match availability(state, now) {
         Availability::Claimable => {
             let attempt = state.attempts + 1;
             let next = TaskState {
+                status: Status::Running,
                 attempts: attempt,
                 lease: Some(Lease {
                     owner: owner.to_owned(),
@@ -121,6 +147,7 @@ pub fn claim(
                 id,
                 owner: owner.to_owned(),
                 attempt,
+                ordering_key: state.ordering_key.clone(),
             };
             Ok((next, fence))
         }
@@ -128,12 +155,15 @@ pub fn claim(
     }
 }
 
-/// Marks an expired task failed; `None` unless it is [`Availability::Expired`].
+/// Marks an expired task failed; `None` unless it is [`Availability::Expired`]
+/// (never for a blocked task). An expired task with an ordering key keeps
+/// holding its key, like any failed one.
 pub fn expire(state: &TaskState, now: DateTime<Utc>) -> Option<TaskState> {
-    (availability(state, now, false) == Availability::Expired).then(|| TaskState {
+    (availability(state, now) == Availability::Expired).then(|| TaskState {
         status: Status::Failed,
         lease: None,
         finished_at: Some(now),
+        last_error: EXPIRED_ERROR.to_owned(),
         ..state.clone()
     })
 }
@@ -150,9 +180,9 @@ pub enum Outcome {
     Retryable(String),
     /// The handler failed in a way no retry can fix.
     Permanent(String),
-    /// No handler is registered for the task. The task stays pending whatever
-    /// its attempt limit, retried at the policy's first delay, so a deployment
-    /// that adds the handler gets it soon.
+    /// No handler is registered for the task. The task waits for another
+    /// attempt whatever its attempt limit, retried at the policy's first
+    /// delay, so a deployment that adds the handler gets it soon.
     NoHandler(String),
 }
 
@@ -161,10 +191,11 @@ pub enum Outcome {
 pub struct Completion {
     /// The claim this result belongs to.
     pub fence: Fence,
-    /// The new status.
+    /// The new status: succeeded, failed, or waiting/available for another
+    /// attempt.
     pub status: Status,
-    /// For a task staying pending: how long after the database's "now" it
-    /// becomes due again.
+    /// For a task tried again: how long after the database's "now" it
+    /// becomes due again (zero exactly when `status` is available).
     pub retry_in: Option<Duration>,
     /// The new `last_error` (empty on success), already storable: NUL
     /// characters escaped and cut to 4 KiB on a character boundary. `None`
@@ -198,13 +229,13 @@ pub fn decide(
             Status::Failed,
             format!("gave up after {run} attempts: {error}"),
         ),
-        Outcome::Retryable(error) | Outcome::NoHandler(error) => (Status::Pending, error),
+        Outcome::Retryable(error) | Outcome::NoHandler(error) => (Status::Waiting, error),
     };
     let retry_in =
-        (status == Status::Pending).then(|| policy.delay(if unhandled { 1 } else { run }));
+        (status == Status::Waiting).then(|| policy.delay(if unhandled { 1 } else { run }));
     Completion {
         fence,
-        status,
+        status: retry_status(status, retry_in),
         retry_in,
         last_error: Some(storable_error(&error)),
         released: false,
@@ -218,7 +249,7 @@ pub fn decide(
 pub fn release(fence: Fence) -> Completion {
     Completion {
         fence,
-        status: Status::Pending,
+        status: Status::Available,
         retry_in: Some(Duration::ZERO),
         last_error: None,
         released: true,
@@ -247,22 +278,36 @@ pub const INTERRUPTED_ERROR: &str = "handler cut at shutdown before it finished"
 pub fn interrupt(fence: Fence) -> Completion {
     Completion {
         fence,
-        status: Status::Pending,
+        status: Status::Available,
         retry_in: Some(Duration::ZERO),
         last_error: Some(INTERRUPTED_ERROR.to_owned()),
         released: false,
     }
 }
 
+/// A task tried again waits for its delay, or is available at once when
+/// there is none.
+fn retry_status(status: Status, retry_in: Option<Duration>) -> Status {
+    match retry_in {
+        Some(delay) if delay.is_zero() && status == Status::Waiting => Status::Available,
+        _ => status,
+    }
+}
+
 /// Applies `completion` to `state`; `None` when the fence is stale (the lease
-/// was taken over, or the task is no longer pending), which changes nothing.
+/// was taken over or rescued, or the task is no longer running), which
+/// changes nothing.
+///
+/// A completion that finishes a task with an ordering key as succeeded lets
+/// the key move on: the backend then [`unblock`]s the key's next task in the
+/// same transaction. A failed one keeps holding its key.
 pub fn complete(
     state: &TaskState,
     completion: &Completion,
     now: DateTime<Utc>,
 ) -> Option<TaskState> {
     let fence = &completion.fence;
-    let current = state.status == Status::Pending
+    let current = state.status == Status::Running
         && state.attempts == fence.attempt
         && state
             .lease
@@ -277,18 +322,103 @@ pub fn complete(
             None => state.next_attempt_at,
         },
         finished_at: completion.status.is_finished().then_some(now),
+        last_error: completion
+            .last_error
+            .clone()
+            .unwrap_or_else(|| state.last_error.clone()),
         ..state.clone()
     })
 }
 
-/// Gives a failed task another chance: pending and due now, attempts kept.
-/// `None` unless the task is failed.
+/// Whether a completion lets its task's ordering key move on: it finishes a
+/// task that has a key, in a status that no longer holds it.
+pub fn moves_key_on(completion: &Completion) -> bool {
+    completion.fence.ordering_key.is_some() && !completion.status.holds_key()
+}
+
+/// Makes a waiting task available once its time has come; `None` otherwise.
+/// Relays run this in bounded batches (see `Store::promote`).
+pub fn promote(state: &TaskState, now: DateTime<Utc>) -> Option<TaskState> {
+    (state.status == Status::Waiting && state.next_attempt_at <= now).then(|| TaskState {
+        status: Status::Available,
+        ..state.clone()
+    })
+}
+
+/// The `last_error` written when a lapsed lease is rescued.
+pub const LAPSED_ERROR: &str = "lease lapsed before a result was written (the worker stopped or the handler outlived its lease)";
+
+/// Rescues a running task whose lease lapsed without a result: available
+/// again, or failed when its runs already reached `max_attempts` (so a task
+/// whose handler brings its worker down every time cannot loop forever).
+/// `None` unless it is running with a lapsed lease.
+pub fn rescue(state: &TaskState, now: DateTime<Utc>) -> Option<TaskState> {
+    let lapsed = state.status == Status::Running
+        && state
+            .lease
+            .as_ref()
+            .is_none_or(|lease| lease.expires_at <= now);
+    if !lapsed {
+        return None;
+    }
+    let runs = state.attempts - state.released;
+    let exhausted = state.max_attempts.is_some_and(|max| runs >= i64::from(max));
+    Some(if exhausted {
+        TaskState {
+            status: Status::Failed,
+            lease: None,
+            finished_at: Some(now),
+            last_error: storable_error(&format!("gave up after {runs} attempts: {LAPSED_ERROR}")),
+            ..state.clone()
+        }
+    } else {
+        TaskState {
+            status: Status::Available,
+            lease: None,
+            last_error: LAPSED_ERROR.to_owned(),
+            ..state.clone()
+        }
+    })
+}
+
+/// Lets the next task of an ordering key go, once every older task of the
+/// key succeeded or was discarded: waiting if its time has not come,
+/// available otherwise. `None` unless it is blocked.
+pub fn unblock(state: &TaskState, now: DateTime<Utc>) -> Option<TaskState> {
+    (state.status == Status::Blocked).then(|| TaskState {
+        status: enqueued(true, state.next_attempt_at <= now),
+        ..state.clone()
+    })
+}
+
+/// Gives a failed task another chance: available at once, its deadline
+/// cleared (an expired task would otherwise expire again), attempts and last
+/// error kept. It keeps its place at the head of its ordering key. `None`
+/// unless the task is failed.
 pub fn requeue(state: &TaskState, now: DateTime<Utc>) -> Option<TaskState> {
     (state.status == Status::Failed).then(|| TaskState {
-        status: Status::Pending,
+        status: Status::Available,
         next_attempt_at: now,
+        expires_at: None,
         lease: None,
         finished_at: None,
+        ..state.clone()
+    })
+}
+
+/// Gives a task up without sending it: discarded, finished now. A task
+/// holding its ordering key lets the key move on. Refused (`None`) for a
+/// running task, whose handler may be under way, and for finished ones but
+/// failed.
+pub fn discard(state: &TaskState, now: DateTime<Utc>) -> Option<TaskState> {
+    let discardable = matches!(
+        state.status,
+        Status::Available | Status::Waiting | Status::Blocked | Status::Failed
+    );
+    discardable.then(|| TaskState {
+        status: Status::Discarded,
+        lease: None,
+        finished_at: Some(now),
         ..state.clone()
     })
 }

@@ -110,13 +110,14 @@ impl<S: Store> Worker<S> {
     /// `Ok` when the handler succeeded, or when the task had already
     /// succeeded (the handler is not called again). Otherwise the error says
     /// why: [`Error::Busy`], [`Error::NotDue`], [`Error::Blocked`],
-    /// [`Error::Expired`], [`Error::Failed`], [`Error::NotFound`],
+    /// [`Error::Expired`], [`Error::Failed`], [`Error::Discarded`], [`Error::NotFound`],
     /// [`Error::NoHandler`] or [`Error::Handler`]. A failed attempt is
     /// recorded on the task and retried later by `retry_pending` or a relay.
     pub async fn send(&self, id: TaskId) -> Result<()> {
         let record = match self.inner.store.claim(id, &self.lease_request()).await? {
             ClaimOutcome::Claimed(record) => *record,
             ClaimOutcome::Finished(Status::Succeeded) => return Ok(()),
+            ClaimOutcome::Finished(Status::Discarded) => return Err(Error::Discarded(id)),
             ClaimOutcome::Finished(_) => return Err(Error::Failed(id)),
             ClaimOutcome::Expired => {
                 telemetry::expired(1);
@@ -137,7 +138,7 @@ impl<S: Store> Worker<S> {
             Outcome::Retryable(_) | Outcome::Permanent(_) => Err(Error::Handler {
                 id,
                 attempt,
-                will_retry: completion.status == Status::Pending,
+                will_retry: !completion.status.is_finished(),
                 message: completion.last_error.unwrap_or_default(),
             }),
         }
@@ -194,6 +195,7 @@ impl<S: Store> Worker<S> {
             id: record.id,
             owner: self.inner.config.owner.clone(),
             attempt: record.attempts,
+            ordering_key: record.task.ordering_key.clone(),
         }
     }
 

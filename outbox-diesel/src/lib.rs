@@ -14,18 +14,22 @@
 //! assert_eq!(outbox_diesel::micros(Duration::MAX), i64::MAX);
 //! ```
 
+mod cached;
 mod error;
 mod migrate;
 mod migration_lock;
 mod migration_sql;
 mod pool;
+mod store_transaction;
 mod transaction;
 
+pub use cached::{CachedQuery, cached, uncached};
 pub use error::{mysql_error, mysql_pool_error, postgres_error, postgres_pool_error};
 pub use migrate::{revert_migrations, run_migrations};
 pub use migration_lock::{MigrationConnection, MigrationLock};
 pub use migration_sql::MigrationSql;
 pub use pool::build_pool;
+pub use store_transaction::TxError;
 pub use transaction::{require_transaction, transaction};
 
 /// Microseconds in `duration`, saturating, for interval arithmetic in SQL.

@@ -1,32 +1,32 @@
-//! Claims: one task by id for `send`, and due batches with `SKIP LOCKED`.
+//! Claims: one task by id for `send`, and batches of available tasks with
+//! `SKIP LOCKED`.
 //!
 //! Each claim is a short READ COMMITTED transaction: lock the candidate rows,
 //! let [`transition`] decide on the locked state with the database's clock,
 //! write the decision, commit. READ COMMITTED takes no gap locks, so a claim
 //! never blocks the application's inserts; `SKIP LOCKED` lets several
-//! workers claim side by side.
-
-use std::sync::LazyLock;
+//! workers claim side by side. A batch claim reads only the available range
+//! of the `(status, id)` index, so its cost does not depend on how many
+//! tasks wait, run, are blocked behind their key, or are kept for retention.
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::{
     OptionalExtension, QueryableByName,
     mysql::Mysql,
-    sql_types::{BigInt, Bool, Datetime, Nullable, Text},
+    sql_types::{BigInt, Datetime, Nullable, Text},
 };
-use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
+use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
 use outbox_core::{
     BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Status, TaskId, limits,
     transition::{self, Availability, EXPIRED_ERROR},
 };
-use outbox_diesel::mysql_error;
+use outbox_diesel::{cached, mysql_error};
 
-use crate::{row::TaskRow, timestamp};
-
-/// "An older task with my ordering key is unfinished", for the row `t`.
-const BLOCKED: &str = "(t.ordering_key IS NOT NULL AND EXISTS (
-        SELECT 1 FROM outbox_tasks o
-        WHERE o.ordering_key = t.ordering_key AND o.id < t.id AND o.status <> 'succeeded'))";
+use crate::{
+    row::TaskRow,
+    store_transaction::{Isolation, read_committed},
+    timestamp,
+};
 
 #[derive(QueryableByName)]
 struct Locked {
@@ -34,62 +34,20 @@ struct Locked {
     task: TaskRow,
     #[diesel(sql_type = Datetime)]
     db_now: NaiveDateTime,
-    #[diesel(sql_type = Bool)]
-    blocked: bool,
 }
 
-/// Runs `body` in a READ COMMITTED transaction on the store's connection.
-async fn read_committed<T, F>(conn: &mut AsyncMysqlConnection, body: F) -> Result<T>
-where
-    F: for<'r> AsyncFnOnce(&'r mut AsyncMysqlConnection) -> Result<T, Error> + Send,
-    for<'r> F: outbox_core::TxBody<&'r mut AsyncMysqlConnection, Result<T, Error>, Fut: Send>,
-    T: Send,
-{
-    conn.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        .await
-        .map_err(mysql_error)?;
-    conn.transaction::<T, TxError, _>(async |conn| body(conn).await.map_err(TxError::Outbox))
-        .await
-        .map_err(TxError::into_outbox)
-}
-
-/// The error of a claim transaction: ours, or diesel's from BEGIN/COMMIT.
-enum TxError {
-    Outbox(Error),
-    Diesel(diesel::result::Error),
-}
-
-impl From<diesel::result::Error> for TxError {
-    fn from(error: diesel::result::Error) -> Self {
-        Self::Diesel(error)
-    }
-}
-
-impl TxError {
-    fn into_outbox(self) -> Error {
-        match self {
-            Self::Outbox(error) => error,
-            Self::Diesel(error) => mysql_error(error),
-        }
-    }
-}
-
-/// Built once, so the text is not formatted again on every claim.
-static LOCK_ONE_SQL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT t.*, UTC_TIMESTAMP(6) AS db_now, {BLOCKED} AS blocked
-         FROM outbox_tasks t WHERE t.id = ? FOR UPDATE"
-    )
-});
+const LOCK_ONE_SQL: &str =
+    "SELECT t.*, UTC_TIMESTAMP(6) AS db_now FROM outbox_tasks t WHERE t.id = ? FOR UPDATE";
 
 /// Claims task `id` for `lease`, or says why it cannot be claimed now.
 pub(crate) async fn one(
     conn: &mut AsyncMysqlConnection,
     id: TaskId,
     lease: &LeaseRequest,
+    isolation: Isolation,
 ) -> Result<ClaimOutcome> {
-    read_committed(conn, async |conn| {
-        let locked: Option<Locked> = diesel::sql_query(LOCK_ONE_SQL.as_str())
+    read_committed(conn, isolation, async |conn| {
+        let locked: Option<Locked> = cached(LOCK_ONE_SQL)
             .bind::<BigInt, _>(id.get())
             .get_result(conn)
             .await
@@ -102,7 +60,7 @@ pub(crate) async fn one(
         let Some(record) = decode_or_fail(conn, locked.task, now).await? else {
             return Ok(ClaimOutcome::Finished(Status::Failed));
         };
-        match transition::availability(&record.state(), now, locked.blocked) {
+        match transition::availability(&record.state(), now) {
             Availability::Claimable => {
                 let claimed = claim_record(record, lease, now)?;
                 set_leases(conn, &[claimed.id], lease, now).await?;
@@ -129,9 +87,9 @@ fn claim_record(mut record: Record, lease: &LeaseRequest, now: DateTime<Utc>) ->
         &lease.owner,
         now,
         lease.duration,
-        false,
     )
     .map_err(|why| Error::database(format!("a locked claimable row became {why:?}")))?;
+    record.status = state.status;
     record.attempts = state.attempts;
     record.lease = state.lease;
     record.updated_at = now;
@@ -170,7 +128,7 @@ async fn set_leases(
     }
     let until = timestamp::to_column("lease_duration", transition::after(now, lease.duration))?;
     diesel::sql_query(format!(
-        "UPDATE outbox_tasks SET attempts = attempts + 1, lease_owner = ?, \
+        "UPDATE outbox_tasks SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
          lease_expires_at = ?, updated_at = ? WHERE id IN ({})",
         id_list(ids)
     ))
@@ -220,7 +178,8 @@ async fn decode_or_fail(
     let failed = diesel::sql_query(
         "UPDATE outbox_tasks SET status = 'failed', finished_at = ?, updated_at = ?, \
          last_error = ?, lease_owner = NULL, lease_expires_at = NULL \
-         WHERE id = ? AND status = 'pending' AND next_attempt_at <= ? \
+         WHERE id = ? AND status IN ('available', 'waiting', 'running') \
+           AND next_attempt_at <= ? \
            AND (lease_expires_at IS NULL OR lease_expires_at <= ?)",
     )
     .bind::<Datetime, _>(now.naive_utc())
@@ -239,33 +198,28 @@ async fn decode_or_fail(
     Ok(None)
 }
 
-/// Built once, so the text is not formatted again on every claim.
-static LOCK_DUE_SQL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT t.*, UTC_TIMESTAMP(6) AS db_now, FALSE AS blocked
-         FROM outbox_tasks t
-         WHERE t.status = 'pending' AND t.id > ?
-           AND t.next_attempt_at <= COALESCE(?, UTC_TIMESTAMP(6))
-           AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= UTC_TIMESTAMP(6))
-           AND NOT {BLOCKED}
-         ORDER BY t.id
-         LIMIT ?
-         FOR UPDATE SKIP LOCKED"
-    )
-});
+/// Available rows only, in id order.
+const LOCK_DUE_SQL: &str = "\
+SELECT t.*, UTC_TIMESTAMP(6) AS db_now
+FROM outbox_tasks t
+WHERE t.status = 'available' AND t.id > ?
+  AND t.next_attempt_at <= COALESCE(?, UTC_TIMESTAMP(6))
+ORDER BY t.id
+LIMIT ?
+FOR UPDATE SKIP LOCKED";
 
-/// Claims up to `request.limit` due tasks after the cursor, in id order.
+/// Claims up to `request.limit` available tasks after the cursor, in id order.
 /// Expired tasks met on the way come back already failed.
 pub(crate) async fn due(
     conn: &mut AsyncMysqlConnection,
     request: &BatchRequest,
+    isolation: Isolation,
 ) -> Result<Vec<Record>> {
     let limit =
         i64::try_from(request.limit).map_err(|_| Error::invalid("batch_size", "too large"))?;
     let due_by = timestamp::to_column_opt("due_by", request.due_by)?;
-    read_committed(conn, async |conn| {
-        let locked: Vec<Locked> = diesel::sql_query(LOCK_DUE_SQL.as_str())
-            .into_boxed::<Mysql>()
+    read_committed(conn, isolation, async |conn| {
+        let locked: Vec<Locked> = cached::<Mysql>(LOCK_DUE_SQL)
             .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
             .bind::<Nullable<Datetime>, _>(due_by)
             .bind::<BigInt, _>(limit)
@@ -279,7 +233,7 @@ pub(crate) async fn due(
             let Some(record) = decode_or_fail(conn, row.task, now).await? else {
                 continue;
             };
-            if transition::availability(&record.state(), now, false) == Availability::Expired {
+            if transition::availability(&record.state(), now) == Availability::Expired {
                 expired.push(record.id);
                 records.push(expired_record(record, now));
             } else {

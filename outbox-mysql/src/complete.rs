@@ -1,12 +1,25 @@
-//! Fenced completion writes: one statement for up to 2,000 results.
+//! Fenced completion writes: one statement for up to 2,000 results, and,
+//! when a result lets an ordering key move on, the key's next task in the
+//! same transaction.
+
+use std::collections::HashSet;
 
 use diesel::{
+    QueryableByName,
     mysql::Mysql,
     sql_types::{BigInt, Bool, Text},
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
-use outbox_core::{Result, Status, transition::Completion};
+use outbox_core::{
+    Result, Status,
+    transition::{self, Completion},
+};
 use outbox_diesel::{micros, mysql_error};
+
+use crate::{
+    keys,
+    store_transaction::{Isolation, read_committed},
+};
 
 /// Writes `completions`; returns how many rows were still current and applied.
 ///
@@ -23,12 +36,73 @@ use outbox_diesel::{micros, mysql_error};
 pub(crate) async fn write(
     conn: &mut AsyncMysqlConnection,
     completions: &[Completion],
+    isolation: Isolation,
 ) -> Result<u64> {
+    if !completions.iter().any(transition::moves_key_on) {
+        return write_all(conn, completions).await;
+    }
+    read_committed(conn, isolation, async |conn| {
+        // Lock the rows whose results will apply, so the keys moved on are
+        // exactly those of results that applied (MySQL has no RETURNING).
+        let finishing: Vec<&Completion> = completions
+            .iter()
+            .filter(|c| transition::moves_key_on(c))
+            .collect();
+        let current = current_fences(conn, &finishing).await?;
+        let applied = write_all(conn, completions).await?;
+        let finished = finishing
+            .iter()
+            .filter(|c| current.contains(&(c.fence.id.get(), c.fence.attempt)))
+            .filter_map(|c| c.fence.ordering_key.as_deref());
+        // A running task is always its key's head.
+        keys::close(conn, &keys::tally(finished), &|_| true).await?;
+        Ok(applied)
+    })
+    .await
+}
+
+async fn write_all(conn: &mut AsyncMysqlConnection, completions: &[Completion]) -> Result<u64> {
     let mut applied = 0;
     for chunk in completions.chunks(MAX_PER_STATEMENT) {
         applied += write_chunk(conn, chunk).await?;
     }
     Ok(applied)
+}
+
+#[derive(QueryableByName)]
+struct Fenced {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = BigInt)]
+    attempts: i64,
+}
+
+/// The `(id, attempts)` of `completions` whose claim is still current,
+/// locked until the transaction ends.
+async fn current_fences(
+    conn: &mut AsyncMysqlConnection,
+    completions: &[&Completion],
+) -> Result<HashSet<(i64, i64)>> {
+    let mut current = HashSet::new();
+    for chunk in completions.chunks(MAX_PER_STATEMENT) {
+        let sql = format!(
+            "SELECT id, attempts FROM outbox_tasks \
+             WHERE id IN ({ids}) AND status = 'running' \
+               AND (id, attempts, lease_owner) IN ({fences}) FOR UPDATE",
+            ids = placeholders("?", chunk.len()),
+            fences = placeholders("(?, ?, ?)", chunk.len()),
+        );
+        let mut query = diesel::sql_query(sql).into_boxed::<Mysql>();
+        for c in chunk {
+            query = query.bind::<BigInt, _>(c.fence.id.get());
+        }
+        for c in chunk {
+            query = bind_claim(query, c).bind::<Text, _>(&c.fence.owner);
+        }
+        let rows: Vec<Fenced> = query.load(conn).await.map_err(mysql_error)?;
+        current.extend(rows.into_iter().map(|row| (row.id, row.attempts)));
+    }
+    Ok(current)
 }
 
 /// Completions per statement. A prepared statement takes at most 65,535
@@ -66,7 +140,7 @@ async fn write_chunk(conn: &mut AsyncMysqlConnection, completions: &[Completion]
            released = {released}, \
            finished_at = CASE {finished} END, \
            lease_owner = NULL, lease_expires_at = NULL, updated_at = UTC_TIMESTAMP(6) \
-         WHERE id IN ({ids}) AND status = 'pending' \
+         WHERE id IN ({ids}) AND status = 'running' \
            AND (id, attempts, lease_owner) IN ({fences})",
         status = arms(completions.len()),
         retry = case_or(
@@ -99,7 +173,7 @@ async fn write_chunk(conn: &mut AsyncMysqlConnection, completions: &[Completion]
         query = bind_claim(query, c);
     }
     for c in completions {
-        query = bind_claim(query, c).bind::<Bool, _>(c.status != Status::Pending);
+        query = bind_claim(query, c).bind::<Bool, _>(c.status.is_finished());
     }
     for c in completions {
         query = query.bind::<BigInt, _>(c.fence.id.get());
@@ -144,7 +218,7 @@ async fn succeed(
         "UPDATE outbox_tasks SET status = 'succeeded', last_error = '', \
            finished_at = UTC_TIMESTAMP(6), lease_owner = NULL, lease_expires_at = NULL, \
            updated_at = UTC_TIMESTAMP(6) \
-         WHERE id IN ({ids}) AND status = 'pending' AND lease_owner = ? \
+         WHERE id IN ({ids}) AND status = 'running' AND lease_owner = ? \
            AND (id, attempts) IN ({fences})",
         ids = placeholders("?", completions.len()),
         fences = placeholders("(?, ?)", completions.len()),

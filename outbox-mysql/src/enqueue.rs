@@ -6,6 +6,7 @@
 //! answer the existing row's id and changes nothing in that row.
 
 use chrono::NaiveDateTime;
+use diesel::OptionalExtension;
 use diesel::{
     QueryableByName,
     mysql::Mysql,
@@ -13,9 +14,9 @@ use diesel::{
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
 use outbox_core::{Error, Result, Task, TaskId};
-use outbox_diesel::{mysql_error, require_transaction};
+use outbox_diesel::{cached, mysql_error, require_transaction, uncached};
 
-use crate::timestamp;
+use crate::{keys, timestamp};
 
 /// A validated task with its values in column form.
 struct Row {
@@ -23,6 +24,8 @@ struct Row {
     headers: String,
     not_before: Option<NaiveDateTime>,
     expires_at: Option<NaiveDateTime>,
+    /// Whether the task heads its ordering key (always, without a key).
+    head: bool,
 }
 
 fn prepare(task: Task) -> Result<Row> {
@@ -36,11 +39,13 @@ fn prepare(task: Task) -> Result<Row> {
         headers,
         not_before,
         expires_at,
+        head: true,
     })
 }
 
 const COLUMNS: &str = "INSERT INTO outbox_tasks (kind, version, payload, headers, ordering_key, \
-    dedup_key, max_attempts, next_attempt_at, expires_at, last_error, created_at, updated_at) VALUES ";
+    dedup_key, max_attempts, next_attempt_at, expires_at, status, last_error, created_at, \
+    updated_at) VALUES ";
 
 /// `?` for a value to bind, `absent` when there is none: absent values are
 /// written as literals so a typical row binds 3 values, not 9.
@@ -63,6 +68,12 @@ fn values(sql: &mut String, row: &Row) {
         sql.push_str(", ");
         sql.push_str(slot(present, absent));
     }
+    // transition::enqueued, with "due" on the database clock.
+    sql.push_str(match (row.head, row.not_before.is_some()) {
+        (false, _) => ", 'blocked'",
+        (true, false) => ", 'available'",
+        (true, true) => ", IF(? > UTC_TIMESTAMP(6), 'waiting', 'available')",
+    });
     sql.push_str(", '', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))");
 }
 
@@ -99,7 +110,7 @@ impl InsertedIds {
 
 /// Reads both in one round trip, right after the `INSERT` on its connection.
 async fn inserted_ids(conn: &mut AsyncMysqlConnection) -> Result<InsertedIds> {
-    diesel::sql_query(
+    cached(
         "SELECT LAST_INSERT_ID() AS first, \
          CAST(@@SESSION.auto_increment_increment AS SIGNED) AS step",
     )
@@ -124,7 +135,13 @@ async fn insert(
     if on_duplicate {
         sql.push_str(" ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)");
     }
-    let mut query = diesel::sql_query(sql).into_boxed::<Mysql>();
+    // One row takes one of a few shapes, each prepared once per connection;
+    // a multi-row statement's text varies with its rows.
+    let mut query = if rows.len() == 1 {
+        cached::<Mysql>(&sql)
+    } else {
+        uncached::<Mysql>(&sql)
+    };
     for row in rows {
         let task = &row.task;
         query = query
@@ -149,6 +166,9 @@ async fn insert(
         if let Some(at) = row.expires_at {
             query = query.bind::<Datetime, _>(at);
         }
+        if let (true, Some(at)) = (row.head, row.not_before) {
+            query = query.bind::<Datetime, _>(at);
+        }
     }
     query.execute(conn).await.map_err(mysql_error)?;
     inserted_ids(conn).await
@@ -158,10 +178,7 @@ async fn insert(
 pub(crate) async fn one(conn: &mut AsyncMysqlConnection, task: Task) -> Result<TaskId> {
     require_transaction(conn)?;
     let row = prepare(task)?;
-    let on_duplicate = row.task.dedup_key.is_some();
-    insert(conn, std::slice::from_ref(&row), on_duplicate)
-        .await?
-        .at(0)
+    Ok(many_rows(conn, vec![row], false).await?.remove(0))
 }
 
 /// Inserts `tasks` in input order and returns their ids in that order.
@@ -179,10 +196,45 @@ pub(crate) async fn many(
 ) -> Result<Vec<TaskId>> {
     require_transaction(conn)?;
     let rows = tasks.into_iter().map(prepare).collect::<Result<Vec<_>>>()?;
+    many_rows(conn, rows, consecutive_ids).await
+}
+
+/// Inserts validated `rows` in order; see [`many`].
+///
+/// Tasks with an ordering key first lock their keys' counts
+/// ([`keys::open`]); the first task of a key inserted while the key had no
+/// open task heads it, the others are blocked. A task with both keys whose
+/// `dedup_key` is already held inserts nothing, so it gives its count back
+/// and leaves the head to the key's next task.
+async fn many_rows(
+    conn: &mut AsyncMysqlConnection,
+    mut rows: Vec<Row>,
+    consecutive_ids: bool,
+) -> Result<Vec<TaskId>> {
+    let counts = keys::tally(rows.iter().filter_map(|r| r.task.ordering_key.as_deref()));
+    let mut open_before = keys::open(conn, &counts).await?;
     let mut ids = Vec::with_capacity(rows.len());
+    let mut given_back: Vec<String> = Vec::new();
     let mut start = 0;
     while start < rows.len() {
         let end = run_end(&rows, start, consecutive_ids);
+        if let [row] = &rows[start..end]
+            && let (Some(key), Some(dedup)) = (&row.task.ordering_key, &row.task.dedup_key)
+            && let Some(id) = held(conn, dedup).await?
+        {
+            given_back.push(key.clone());
+            ids.push(id);
+            start = end;
+            continue;
+        }
+        for row in &mut rows[start..end] {
+            if let Some(key) = &row.task.ordering_key {
+                let before = open_before.entry(key.clone()).or_insert(0);
+                row.head = *before == 0;
+                // Every later task of the key comes after this one.
+                *before += 1;
+            }
+        }
         let run = &rows[start..end];
         let dedup = run[0].task.dedup_key.is_some();
         let inserted = insert(conn, run, dedup).await?;
@@ -191,7 +243,32 @@ pub(crate) async fn many(
         }
         start = end;
     }
+    keys::close(
+        conn,
+        &keys::tally(given_back.iter().map(String::as_str)),
+        &|_| false,
+    )
+    .await?;
     Ok(ids)
+}
+
+#[derive(QueryableByName)]
+struct Held {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+}
+
+/// The id of the task holding `dedup_key`, read with a lock so a holder
+/// committed meanwhile is seen, and one being inserted is waited for.
+async fn held(conn: &mut AsyncMysqlConnection, dedup_key: &str) -> Result<Option<TaskId>> {
+    let held: Option<Held> =
+        diesel::sql_query("SELECT id FROM outbox_tasks WHERE dedup_key = ? LOCK IN SHARE MODE")
+            .bind::<Text, _>(dedup_key)
+            .get_result(conn)
+            .await
+            .optional()
+            .map_err(mysql_error)?;
+    Ok(held.map(|held| TaskId::new(held.id)))
 }
 
 /// Where the statement starting at `start` ends: one row for a keyed task,

@@ -62,15 +62,19 @@
 
 mod claim;
 mod complete;
+mod discard;
 mod enqueue;
+mod keys;
 mod maintenance;
 mod migrate;
 mod migration_lock;
+mod moves;
 mod query;
 mod row;
 pub mod schema;
 mod server;
 mod store;
+mod store_transaction;
 pub mod timestamp;
 mod transaction;
 

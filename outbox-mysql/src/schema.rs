@@ -1,7 +1,7 @@
 //! The diesel schema of `outbox_tasks` on MySQL/MariaDB.
 
 diesel::table! {
-    /// The outbox table (DESIGN §3).
+    /// The outbox table (docs/semantics.md).
     outbox_tasks (id) {
         /// Task id.
         id -> Bigint,
@@ -19,7 +19,8 @@ diesel::table! {
         /// Idempotency key: UTF-8 in a `VARBINARY(255)` column, so the
         /// database compares it byte for byte; written as text, read as bytes.
         dedup_key -> Nullable<Varbinary>,
-        /// `pending`, `succeeded` or `failed`.
+        /// `available`, `waiting`, `running`, `blocked`, `succeeded`,
+        /// `failed` or `discarded`.
         status -> Varchar,
         /// Claims taken, including those given back unstarted (the fence token).
         attempts -> Bigint,

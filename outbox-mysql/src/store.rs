@@ -3,12 +3,13 @@
 use std::sync::Arc;
 
 use diesel_async::{
-    AsyncMysqlConnection,
+    AsyncConnection, AsyncMysqlConnection, SimpleAsyncConnection,
     pooled_connection::{
         ManagerConfig,
         deadpool::{Object, Pool},
     },
 };
+use futures_util::FutureExt;
 use outbox_core::{
     BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Store, Task, TaskId,
     telemetry, transition::Completion,
@@ -17,8 +18,9 @@ use outbox_diesel::mysql_pool_error;
 use tokio::sync::OnceCell;
 
 use crate::{
-    claim, complete, enqueue, query,
+    claim, complete, enqueue, moves, query,
     server::{self, ServerInfo},
+    store_transaction::{Isolation, SESSION_READ_COMMITTED},
 };
 
 /// The outbox on MySQL 8.0.1+ or MariaDB 10.6+, over a deadpool pool of
@@ -32,6 +34,7 @@ use crate::{
 pub struct MysqlStore {
     pool: Pool<AsyncMysqlConnection>,
     server: Arc<OnceCell<ServerInfo>>,
+    isolation: Isolation,
 }
 
 impl std::fmt::Debug for MysqlStore {
@@ -44,19 +47,42 @@ impl std::fmt::Debug for MysqlStore {
 }
 
 impl MysqlStore {
-    /// A store over an existing pool.
+    /// A store over an existing pool. Its transactions set READ COMMITTED
+    /// each time, whatever the pool's sessions default to.
     pub fn new(pool: Pool<AsyncMysqlConnection>) -> Self {
         Self {
             pool,
             server: Arc::new(OnceCell::new()),
+            isolation: Isolation::EachTransaction,
         }
     }
 
     /// A store with its own pool of up to `max_size` connections to
     /// `database_url`, failing fast (5 s) when the server is unreachable.
+    ///
+    /// Each connection is set to READ COMMITTED once, when it connects, so
+    /// the store's transactions skip the round trip that sets it.
     pub fn connect(database_url: &str, max_size: usize) -> Result<Self> {
-        let pool = outbox_diesel::build_pool(database_url, max_size, ManagerConfig::default())?;
-        Ok(Self::new(pool))
+        let mut config = ManagerConfig::<AsyncMysqlConnection>::default();
+        config.custom_setup = Box::new(|url| {
+            async move {
+                let mut conn = AsyncMysqlConnection::establish(url).await?;
+                conn.batch_execute(SESSION_READ_COMMITTED)
+                    .await
+                    .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+                Ok(conn)
+            }
+            .boxed()
+        });
+        let pool = outbox_diesel::build_pool(database_url, max_size, config)?;
+        Ok(Self {
+            isolation: Isolation::Session,
+            ..Self::new(pool)
+        })
+    }
+
+    pub(crate) fn isolation(&self) -> Isolation {
+        self.isolation
     }
 
     /// The pool the store claims and completes on.
@@ -98,22 +124,30 @@ impl Store for MysqlStore {
     async fn claim(&self, id: TaskId, lease: &LeaseRequest) -> Result<ClaimOutcome> {
         let mut conn = self.conn().await?;
         self.server(&mut conn).await?;
-        claim::one(&mut conn, id, lease).await
+        claim::one(&mut conn, id, lease, self.isolation).await
     }
 
     async fn claim_due(&self, request: &BatchRequest) -> Result<Vec<Record>> {
         let mut conn = self.conn().await?;
         self.server(&mut conn).await?;
-        claim::due(&mut conn, request).await
+        claim::due(&mut conn, request, self.isolation).await
     }
 
     async fn complete(&self, completions: &[Completion]) -> Result<u64> {
-        complete::write(&mut *self.conn().await?, completions).await
+        complete::write(&mut *self.conn().await?, completions, self.isolation).await
     }
 
     async fn get(&self, id: TaskId) -> Result<Record> {
         query::get(&mut *self.conn().await?, id)
             .await?
             .ok_or(Error::NotFound(id))
+    }
+
+    async fn promote(&self, limit: u32) -> Result<u64> {
+        moves::promote(&mut *self.conn().await?, limit, self.isolation).await
+    }
+
+    async fn rescue(&self, limit: u32) -> Result<u64> {
+        moves::rescue(&mut *self.conn().await?, limit, self.isolation).await
     }
 }

@@ -7,5 +7,6 @@ mod conformance {
 mod auto_increment;
 mod database_errors;
 mod migration_lock;
+mod session_isolation;
 mod time_zone;
 mod unreadable_keys;

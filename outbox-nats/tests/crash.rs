@@ -126,7 +126,7 @@ async fn a_killed_relay_leaves_one_message_per_task() {
         let shutdown = shutdown.clone();
         async move { relay.run(shutdown).await }
     });
-    outbox_testkit::wait::eventually(async || Ok(db.store().stats().await?.pending == 0))
+    outbox_testkit::wait::eventually(async || Ok(db.store().stats().await?.backlog() == 0))
         .await
         .expect("every task delivered");
     shutdown.cancel();

@@ -132,7 +132,7 @@ async fn a_missing_stream_is_retried_and_an_oversized_message_fails_for_good() {
     );
     assert_eq!(
         db.store().get(id).await.expect("get").status,
-        Status::Pending
+        Status::Available
     );
     stream.create_now().await.expect("create the stream");
     worker.send(id).await.expect("send once the stream exists");

@@ -10,7 +10,9 @@ use diesel::{
     QueryableByName,
     pg::Pg,
     serialize::ToSql,
-    sql_types::{Array, BigInt, Bytea, HasSqlType, Integer, Jsonb, Nullable, Text, Timestamptz},
+    sql_types::{
+        Array, BigInt, Bool, Bytea, HasSqlType, Integer, Jsonb, Nullable, Text, Timestamptz,
+    },
 };
 use diesel_async::AsyncPgConnection;
 use diesel_async::RunQueryDsl;
@@ -41,7 +43,7 @@ fn spread<T: PartialEq + Clone>(values: Vec<Option<T>>) -> Spread<Option<T>> {
     }
 }
 
-type Query<'a> = diesel::query_builder::BoxedSqlQuery<'a, Pg, diesel::query_builder::SqlQuery>;
+type Query<'a> = outbox_diesel::CachedQuery<'a, Pg>;
 
 /// Accumulates the statement and its binds together, so `$n` always matches.
 struct Builder<'a> {
@@ -62,7 +64,7 @@ impl<'a> Builder<'a> {
     where
         Pg: HasSqlType<ST>,
         V: ToSql<ST, Pg> + Send + 'a,
-        ST: Send + 'a,
+        ST: Send + 'static,
     {
         self.query = self.query.take().map(|query| query.bind::<ST, V>(value));
     }
@@ -84,41 +86,65 @@ impl<'a> Builder<'a> {
         Pg: HasSqlType<Nullable<ST>> + HasSqlType<Array<Nullable<ST>>>,
         ST: Send + 'static,
     {
+        let expr = self.value::<T, ST>(alias, ty, default, values);
+        self.exprs.push(expr);
+    }
+
+    /// Binds a column's values like [`column`](Self::column) and returns the
+    /// expression that reads them, without inserting it.
+    fn value<T, ST>(
+        &mut self,
+        alias: &'static str,
+        ty: &str,
+        default: &str,
+        values: Vec<Option<T>>,
+    ) -> String
+    where
+        T: PartialEq + Clone + Send + 'a,
+        Option<T>: ToSql<Nullable<ST>, Pg>,
+        Vec<Option<T>>: ToSql<Array<Nullable<ST>>, Pg>,
+        Pg: HasSqlType<Nullable<ST>> + HasSqlType<Array<Nullable<ST>>>,
+        ST: Send + 'static,
+    {
         match spread(values) {
-            Spread::Absent => self.exprs.push(default.to_owned()),
+            Spread::Absent => default.to_owned(),
             Spread::Same(value) => {
                 let n = self.param();
-                self.exprs.push(format!("${n}::{ty}"));
                 self.bind::<Nullable<ST>, _>(value);
+                format!("${n}::{ty}")
             }
             Spread::Varies(values) => {
                 let n = self.param();
                 self.arrays.push(format!("${n}::{ty}[]"));
                 self.aliases.push(alias);
-                self.exprs.push(if default == "NULL" {
+                self.bind::<Array<Nullable<ST>>, _>(values);
+                if default == "NULL" {
                     alias.to_owned()
                 } else {
                     format!("COALESCE({alias}, {default})")
-                });
-                self.bind::<Array<Nullable<ST>>, _>(values);
+                }
             }
         }
     }
 }
 
-/// Inserts keyless `tasks` (validated, `headers` their JSON) in one
-/// statement and returns their ids in input order: rows are inserted, and
-/// their identity values drawn, in `ORDER BY ord` order, so the returned ids
-/// sorted ascending follow the input (the server-generated-key sentinel
-/// SQLAlchemy relies on for PostgreSQL).
+/// Inserts `tasks` without dedup keys (validated, `headers` their JSON,
+/// `heads` whether each heads its ordering key) in one statement and returns
+/// their ids in input order: rows are inserted, and their identity values
+/// drawn, in `ORDER BY ord` order, so the returned ids sorted ascending
+/// follow the input (the server-generated-key sentinel SQLAlchemy relies on
+/// for PostgreSQL).
 pub(crate) async fn insert(
     conn: &mut AsyncPgConnection,
     tasks: &[Task],
     headers: Vec<serde_json::Value>,
+    heads: &[bool],
 ) -> Result<Vec<TaskId>> {
     let payloads: Vec<&[u8]> = tasks.iter().map(|t| t.payload.as_slice()).collect();
     let mut b = Builder {
-        query: Some(diesel::sql_query("").into_boxed()),
+        // Its text takes one of a few shapes (which columns vary by row), so
+        // each connection prepares it once per shape.
+        query: Some(outbox_diesel::cached("")),
         params: 0,
         exprs: Vec::new(),
         arrays: Vec::new(),
@@ -159,12 +185,24 @@ pub(crate) async fn insert(
         "NULL",
         tasks.iter().map(|t| t.max_attempts).collect(),
     );
-    b.column::<chrono::DateTime<chrono::Utc>, Timestamptz>(
+    let not_before = b.value::<chrono::DateTime<chrono::Utc>, Timestamptz>(
         "next_attempt_at",
         "timestamptz",
         "now()",
         tasks.iter().map(|t| t.not_before).collect(),
     );
+    b.exprs.push(not_before.clone());
+    // transition::enqueued, with "due" on the database clock.
+    let head = b.value::<bool, Bool>(
+        "head",
+        "bool",
+        "true",
+        heads.iter().map(|&head| Some(head)).collect(),
+    );
+    b.exprs.push(format!(
+        "CASE WHEN NOT {head} THEN 'blocked' WHEN {not_before} > now() THEN 'waiting' \
+         ELSE 'available' END"
+    ));
     b.column::<chrono::DateTime<chrono::Utc>, Timestamptz>(
         "expires_at",
         "timestamptz",
@@ -173,7 +211,7 @@ pub(crate) async fn insert(
     );
     let sql = format!(
         "INSERT INTO outbox_tasks (kind, version, payload, headers, ordering_key, max_attempts, \
-         next_attempt_at, expires_at) \
+         next_attempt_at, status, expires_at) \
          SELECT {} FROM unnest({}) WITH ORDINALITY AS i({}, ord) ORDER BY ord RETURNING id",
         b.exprs.join(", "),
         b.arrays.join(", "),
@@ -183,7 +221,7 @@ pub(crate) async fn insert(
         .query
         .take()
         .ok_or_else(|| Error::database("the batch insert was already built"))?;
-    let rows: Vec<NewId> = query.sql(sql).load(conn).await.map_err(postgres_error)?;
+    let rows: Vec<NewId> = query.sql(&sql).load(conn).await.map_err(postgres_error)?;
     if rows.len() != tasks.len() {
         return Err(Error::database(format!(
             "inserted {} rows for {} tasks",

@@ -1,16 +1,16 @@
-//! Claims: one task by id for `send`, and due batches with `SKIP LOCKED`.
+//! Claims: one task by id for `send`, and batches of available tasks with
+//! `SKIP LOCKED`.
 //!
-//! Each statement's `WHERE` clause is the SQL form of
-//! [`transition::availability`]: pending, lease free or lapsed, not expired,
-//! due, and no unfinished older task with the same ordering key. When a claim
-//! by id matches nothing, the row is read back and the pure function says why.
-
-use std::sync::LazyLock;
+//! A batch claim reads only available rows, through an index that holds
+//! nothing else, so its cost does not depend on how many tasks wait, run, or
+//! are blocked behind their ordering key. A claim by id is the SQL form of
+//! [`transition::availability`]; when it matches nothing, the row is read
+//! back and the pure function says why.
 
 use chrono::{DateTime, Utc};
 use diesel::{
     prelude::*,
-    sql_types::{BigInt, Bool, Nullable, Text, Timestamptz},
+    sql_types::{BigInt, Nullable, Text, Timestamptz},
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use outbox_core::{
@@ -18,42 +18,28 @@ use outbox_core::{
     transition::{self, Availability, EXPIRED_ERROR, Fence},
 };
 
-use outbox_diesel::{micros, postgres_error};
+use outbox_diesel::{cached, micros, postgres_error};
 
 use crate::{complete, row::TaskRow};
 
-/// "No older task with my ordering key is unfinished", for the row `t`.
-const NOT_BLOCKED: &str = "(t.ordering_key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM outbox_tasks o
-        WHERE o.ordering_key = t.ordering_key AND o.id < t.id AND o.status <> 'succeeded'))";
+/// Available, or waiting and due, or running with a lapsed lease; not expired.
+const CLAIM_ONE_SQL: &str = "\
+UPDATE outbox_tasks t
+SET status = 'running', attempts = t.attempts + 1, lease_owner = $2,
+    lease_expires_at = now() + $3 * interval '1 microsecond', updated_at = now()
+WHERE t.id = $1 AND t.status IN ('available', 'waiting', 'running')
+  AND t.next_attempt_at <= now()
+  AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
+  AND (t.expires_at IS NULL OR t.expires_at > now())
+RETURNING t.*";
 
-/// Built once, so the text is not formatted again on every claim.
-static CLAIM_ONE_SQL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "UPDATE outbox_tasks t
-         SET attempts = t.attempts + 1, lease_owner = $2,
-             lease_expires_at = now() + $3 * interval '1 microsecond', updated_at = now()
-         WHERE t.id = $1 AND t.status = 'pending' AND t.next_attempt_at <= now()
-           AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
-           AND (t.expires_at IS NULL OR t.expires_at > now())
-           AND {NOT_BLOCKED}
-         RETURNING t.*"
-    )
-});
-
-/// Built once, so the text is not formatted again on every claim.
-static INSPECT_SQL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT t.*, now() AS db_now, NOT {NOT_BLOCKED} AS blocked
-         FROM outbox_tasks t WHERE t.id = $1"
-    )
-});
+const INSPECT_SQL: &str = "SELECT t.*, now() AS db_now FROM outbox_tasks t WHERE t.id = $1";
 
 const EXPIRE_ONE: &str = "\
 UPDATE outbox_tasks
 SET status = 'failed', finished_at = now(), updated_at = now(), last_error = $2,
     lease_owner = NULL, lease_expires_at = NULL
-WHERE id = $1 AND status = 'pending' AND expires_at <= now()
+WHERE id = $1 AND status IN ('available', 'waiting', 'running') AND expires_at <= now()
   AND (lease_expires_at IS NULL OR lease_expires_at <= now())";
 
 #[derive(QueryableByName)]
@@ -62,8 +48,6 @@ struct Inspected {
     task: TaskRow,
     #[diesel(sql_type = Timestamptz)]
     db_now: DateTime<Utc>,
-    #[diesel(sql_type = Bool)]
-    blocked: bool,
 }
 
 /// Claims task `id` for `lease`, or says why it cannot be claimed now.
@@ -75,7 +59,7 @@ pub(crate) async fn one(
     // Each pass either claims, or reads the row and acts on what the rules say;
     // a pass repeats only when a concurrent writer changed the row in between.
     for _ in 0..3 {
-        let claimed: Option<TaskRow> = diesel::sql_query(CLAIM_ONE_SQL.as_str())
+        let claimed: Option<TaskRow> = cached(CLAIM_ONE_SQL)
             .bind::<BigInt, _>(id.get())
             .bind::<Text, _>(&lease.owner)
             .bind::<BigInt, _>(micros(lease.duration))
@@ -91,7 +75,7 @@ pub(crate) async fn one(
                 None => Ok(ClaimOutcome::Finished(outbox_core::Status::Failed)),
             };
         }
-        let inspected: Option<Inspected> = diesel::sql_query(INSPECT_SQL.as_str())
+        let inspected: Option<Inspected> = cached(INSPECT_SQL)
             .bind::<BigInt, _>(id.get())
             .get_result(conn)
             .await
@@ -101,10 +85,10 @@ pub(crate) async fn one(
             return Ok(ClaimOutcome::NotFound);
         };
         let record = Record::try_from(inspected.task)?;
-        match transition::availability(&record.state(), inspected.db_now, inspected.blocked) {
+        match transition::availability(&record.state(), inspected.db_now) {
             Availability::Claimable => continue,
             Availability::Expired => {
-                let expired = diesel::sql_query(EXPIRE_ONE)
+                let expired = cached(EXPIRE_ONE)
                     .bind::<BigInt, _>(id.get())
                     .bind::<Text, _>(EXPIRED_ERROR)
                     .execute(conn)
@@ -125,34 +109,29 @@ pub(crate) async fn one(
     Ok(ClaimOutcome::Leased { until })
 }
 
-/// Built once, so the text is not formatted again on every claim.
-static CLAIM_DUE_SQL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH due AS (
-             SELECT t.id FROM outbox_tasks t
-             WHERE t.status = 'pending' AND t.id > $1
-               AND t.next_attempt_at <= COALESCE($6, now())
-               AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
-               AND {NOT_BLOCKED}
-             ORDER BY t.id
-             LIMIT $2
-             FOR UPDATE SKIP LOCKED
-         )
-         UPDATE outbox_tasks t SET
-             status = CASE WHEN t.expires_at <= now() THEN 'failed' ELSE 'pending' END,
-             finished_at = CASE WHEN t.expires_at <= now() THEN now() END,
-             last_error = CASE WHEN t.expires_at <= now() THEN $5 ELSE t.last_error END,
-             attempts = CASE WHEN t.expires_at <= now() THEN t.attempts ELSE t.attempts + 1 END,
-             lease_owner = CASE WHEN t.expires_at <= now() THEN NULL ELSE $3 END,
-             lease_expires_at = CASE WHEN t.expires_at <= now() THEN NULL
-                                     ELSE now() + $4 * interval '1 microsecond' END,
-             updated_at = now()
-         FROM due WHERE t.id = due.id
-         RETURNING t.*"
-    )
-});
+/// Available rows only, in id order; expired ones met on the way are failed.
+const CLAIM_DUE_SQL: &str = "\
+WITH due AS (
+    SELECT t.id FROM outbox_tasks t
+    WHERE t.status = 'available' AND t.id > $1
+      AND t.next_attempt_at <= COALESCE($6, now())
+    ORDER BY t.id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox_tasks t SET
+    status = CASE WHEN t.expires_at <= now() THEN 'failed' ELSE 'running' END,
+    finished_at = CASE WHEN t.expires_at <= now() THEN now() END,
+    last_error = CASE WHEN t.expires_at <= now() THEN $5 ELSE t.last_error END,
+    attempts = CASE WHEN t.expires_at <= now() THEN t.attempts ELSE t.attempts + 1 END,
+    lease_owner = CASE WHEN t.expires_at <= now() THEN NULL ELSE $3 END,
+    lease_expires_at = CASE WHEN t.expires_at <= now() THEN NULL
+                            ELSE now() + $4 * interval '1 microsecond' END,
+    updated_at = now()
+FROM due WHERE t.id = due.id
+RETURNING t.*";
 
-/// Claims up to `request.limit` due tasks after the cursor, in id order.
+/// Claims up to `request.limit` available tasks after the cursor, in id order.
 /// Expired tasks met on the way come back already failed.
 pub(crate) async fn due(
     conn: &mut AsyncPgConnection,
@@ -160,7 +139,7 @@ pub(crate) async fn due(
 ) -> Result<Vec<Record>> {
     let limit =
         i64::try_from(request.limit).map_err(|_| Error::invalid("batch_size", "too large"))?;
-    let rows: Vec<TaskRow> = diesel::sql_query(CLAIM_DUE_SQL.as_str())
+    let rows: Vec<TaskRow> = cached(CLAIM_DUE_SQL)
         .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
         .bind::<BigInt, _>(limit)
         .bind::<Text, _>(&request.lease.owner)
@@ -192,6 +171,7 @@ async fn decode_claimed(
             id: TaskId::new(row.id),
             owner: owner.to_owned(),
             attempt: row.attempts,
+            ordering_key: row.ordering_key.clone(),
         };
         match Record::try_from(row) {
             Ok(record) => records.push(record),

@@ -1,30 +1,42 @@
-//! Fenced completion writes: one statement for a whole batch of results.
+//! Fenced completion writes: one statement for a whole batch of results,
+//! and, when a result lets an ordering key move on, the key's next task in
+//! the same transaction.
 
-use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
+use std::collections::HashSet;
+
+use diesel::{
+    QueryableByName,
+    sql_types::{Array, BigInt, Bool, Nullable, Text},
+};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use outbox_core::{Result, Status, transition::Completion};
+use outbox_core::{
+    Result, Status,
+    transition::{self, Completion},
+};
+use outbox_diesel::{cached, micros, postgres_error};
 
-use outbox_diesel::{micros, postgres_error};
+use crate::{keys, store_transaction::store_transaction};
 
 /// Applies each result only while `id`, `lease_owner` and `attempts` still
-/// match its claim ([`outbox_core::transition::complete`] in SQL).
+/// match its claim and the task is running ([`transition::complete`] in SQL).
 const COMPLETE: &str = "\
 UPDATE outbox_tasks t SET
     status = c.status,
-    next_attempt_at = CASE WHEN c.status = 'pending'
+    next_attempt_at = CASE WHEN c.status IN ('available', 'waiting')
                            THEN now() + c.retry_us * interval '1 microsecond'
                            ELSE t.next_attempt_at END,
     last_error = COALESCE(c.last_error, t.last_error),
     released = t.released + CASE WHEN c.released THEN 1 ELSE 0 END,
     lease_owner = NULL,
     lease_expires_at = NULL,
-    finished_at = CASE WHEN c.status = 'pending' THEN NULL ELSE now() END,
+    finished_at = CASE WHEN c.status IN ('available', 'waiting') THEN NULL ELSE now() END,
     updated_at = now()
 FROM unnest($1::int8[], $2::text[], $3::int8[], $4::text[], $5::int8[], $6::text[],
             $7::bool[])
      AS c(id, owner, attempt, status, retry_us, last_error, released)
 WHERE t.id = c.id AND t.lease_owner = c.owner AND t.attempts = c.attempt
-  AND t.status = 'pending'";
+  AND t.status = 'running'
+RETURNING t.id, t.attempts";
 
 /// The common case, all succeeded for one owner: fewer arrays to send and a
 /// simpler plan.
@@ -33,21 +45,61 @@ UPDATE outbox_tasks t SET
     status = 'succeeded', last_error = '', lease_owner = NULL, lease_expires_at = NULL,
     finished_at = now(), updated_at = now()
 FROM unnest($1::int8[], $2::int8[]) AS c(id, attempt)
-WHERE t.id = c.id AND t.attempts = c.attempt AND t.lease_owner = $3 AND t.status = 'pending'";
+WHERE t.id = c.id AND t.attempts = c.attempt AND t.lease_owner = $3 AND t.status = 'running'
+RETURNING t.id, t.attempts";
+
+/// A claim whose result applied.
+#[derive(QueryableByName, PartialEq, Eq, Hash)]
+struct Applied {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = BigInt)]
+    attempts: i64,
+}
 
 /// Writes `completions`; returns how many were still current and applied.
 pub(crate) async fn write(conn: &mut AsyncPgConnection, completions: &[Completion]) -> Result<u64> {
+    if !completions.iter().any(transition::moves_key_on) {
+        return Ok(update(conn, completions).await?.len() as u64);
+    }
+    store_transaction(conn, async |conn| {
+        let applied: HashSet<Applied> = update(conn, completions).await?.into_iter().collect();
+        let finished = completions
+            .iter()
+            .filter(|c| transition::moves_key_on(c))
+            .filter(|c| {
+                applied.contains(&Applied {
+                    id: c.fence.id.get(),
+                    attempts: c.fence.attempt,
+                })
+            })
+            .filter_map(|c| c.fence.ordering_key.as_deref());
+        // A running task is always its key's head.
+        keys::close(conn, &keys::tally(finished), &|_| true).await?;
+        Ok(applied.len() as u64)
+    })
+    .await
+}
+
+/// The fenced update; returns the claims that applied.
+async fn update(conn: &mut AsyncPgConnection, completions: &[Completion]) -> Result<Vec<Applied>> {
     let Some(first) = completions.first() else {
-        return Ok(0);
+        return Ok(Vec::new());
     };
     let owner = &first.fence.owner;
     if completions
         .iter()
         .all(|c| c.status == Status::Succeeded && &c.fence.owner == owner)
     {
-        return succeed(conn, owner, completions).await;
+        return cached(SUCCEED)
+            .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.id.get()))
+            .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.attempt))
+            .bind::<Text, _>(owner)
+            .load(conn)
+            .await
+            .map_err(postgres_error);
     }
-    let applied = diesel::sql_query(COMPLETE)
+    cached(COMPLETE)
         .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.id.get()))
         .bind::<Array<Text>, _>(column(completions, |c| c.fence.owner.as_str()))
         .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.attempt))
@@ -55,25 +107,9 @@ pub(crate) async fn write(conn: &mut AsyncPgConnection, completions: &[Completio
         .bind::<Array<BigInt>, _>(column(completions, |c| c.retry_in.map_or(0, micros)))
         .bind::<Array<Nullable<Text>>, _>(column(completions, |c| c.last_error.as_deref()))
         .bind::<Array<Bool>, _>(column(completions, |c| c.released))
-        .execute(conn)
+        .load(conn)
         .await
-        .map_err(postgres_error)?;
-    Ok(applied as u64)
-}
-
-async fn succeed(
-    conn: &mut AsyncPgConnection,
-    owner: &str,
-    completions: &[Completion],
-) -> Result<u64> {
-    let applied = diesel::sql_query(SUCCEED)
-        .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.id.get()))
-        .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.attempt))
-        .bind::<Text, _>(owner)
-        .execute(conn)
-        .await
-        .map_err(postgres_error)?;
-    Ok(applied as u64)
+        .map_err(postgres_error)
 }
 
 /// One array parameter: `value` of every completion, in order.

@@ -48,14 +48,18 @@
 mod batch_insert;
 mod claim;
 mod complete;
+mod discard;
 mod enqueue;
+mod keys;
 mod maintenance;
 mod migrate;
 mod migration_lock;
+mod moves;
 mod query;
 mod row;
 pub mod schema;
 mod store;
+mod store_transaction;
 pub mod timestamp;
 mod transaction;
 

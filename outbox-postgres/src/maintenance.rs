@@ -1,18 +1,19 @@
-//! [`Maintenance`] on PostgreSQL: stats, requeue, purge, next due time, wake-ups.
+//! [`Maintenance`] on PostgreSQL: stats, requeue, discard, purge, next due
+//! time, wake-ups.
 
 use std::time::Duration;
 
 use diesel::{
     QueryableByName,
-    sql_types::{BigInt, Nullable},
+    sql_types::{BigInt, Nullable, Text},
 };
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use futures_util::StreamExt;
-use outbox_core::{Maintenance, Result, Stats, TaskId, Wakeups};
-use outbox_diesel::{micros, postgres_error};
+use outbox_core::{Maintenance, Result, Stats, Status, TaskId, Wakeups};
+use outbox_diesel::{cached, micros, postgres_error};
 use tokio::sync::mpsc;
 
-use crate::PgStore;
+use crate::{PgStore, discard};
 
 /// The channel `enqueue` notifies on when the store opted in to `NOTIFY`.
 pub const CHANNEL: &str = "outbox_tasks";
@@ -20,15 +21,11 @@ pub const CHANNEL: &str = "outbox_tasks";
 pub(crate) const NOTIFY: &str = "SELECT pg_notify('outbox_tasks', '')";
 
 #[derive(QueryableByName)]
-struct Counts {
+struct Count {
+    #[diesel(sql_type = Text)]
+    status: String,
     #[diesel(sql_type = BigInt)]
-    pending: i64,
-    #[diesel(sql_type = BigInt)]
-    succeeded: i64,
-    #[diesel(sql_type = BigInt)]
-    failed: i64,
-    #[diesel(sql_type = Nullable<BigInt>)]
-    oldest_due_us: Option<i64>,
+    n: i64,
 }
 
 #[derive(QueryableByName)]
@@ -37,31 +34,51 @@ struct Micros {
     us: Option<i64>,
 }
 
+/// Exact counts, each through the index holding only its status; the
+/// planner's row estimate of the table, from which the succeeded rows are
+/// estimated on a large table; and the age of the available task first in
+/// claim order.
 const STATS: &str = "\
-SELECT COUNT(*) FILTER (WHERE status = 'pending') AS pending,
-       COUNT(*) FILTER (WHERE status = 'succeeded') AS succeeded,
-       COUNT(*) FILTER (WHERE status = 'failed') AS failed,
-       (EXTRACT(EPOCH FROM now() - MIN(next_attempt_at)
-            FILTER (WHERE status = 'pending' AND next_attempt_at <= now())) * 1000000)::bigint
-           AS oldest_due_us
-FROM outbox_tasks";
+SELECT 'available' AS status, COUNT(*) AS n FROM outbox_tasks WHERE status = 'available'
+UNION ALL SELECT 'waiting', COUNT(*) FROM outbox_tasks WHERE status = 'waiting'
+UNION ALL SELECT 'running', COUNT(*) FROM outbox_tasks WHERE status = 'running'
+UNION ALL SELECT 'blocked', COUNT(*) FROM outbox_tasks WHERE status = 'blocked'
+UNION ALL SELECT 'failed', COUNT(*) FROM outbox_tasks WHERE status = 'failed'
+UNION ALL SELECT 'discarded', COUNT(*) FROM outbox_tasks WHERE status = 'discarded'
+UNION ALL SELECT 'table', reltuples::bigint FROM pg_class WHERE oid = 'outbox_tasks'::regclass
+UNION ALL SELECT 'oldest_due_us', COALESCE((
+    SELECT (EXTRACT(EPOCH FROM now() - next_attempt_at) * 1000000)::bigint
+    FROM outbox_tasks WHERE status = 'available' ORDER BY id LIMIT 1), -1)";
 
+/// Below this many rows by the planner's estimate (`-1` before the table was
+/// first analysed), succeeded rows are counted exactly: an index read of
+/// that size takes milliseconds.
+const EXACT_BELOW: i64 = 100_000;
+
+/// The exact count of succeeded rows, on a small table.
+const COUNT_SUCCEEDED: &str =
+    "SELECT 'succeeded' AS status, COUNT(*) AS n FROM outbox_tasks WHERE status = 'succeeded'";
+
+/// [`transition::requeue`](outbox_core::transition::requeue) in SQL.
 const REQUEUE: &str = "\
 UPDATE outbox_tasks
-SET status = 'pending', next_attempt_at = now(), finished_at = NULL, updated_at = now()
+SET status = 'available', next_attempt_at = now(), expires_at = NULL, finished_at = NULL,
+    updated_at = now()
 WHERE id = $1 AND status = 'failed'";
 
+/// Unfinished rows are never purged, nor a failed row that holds its key.
 const PURGE: &str = "\
 DELETE FROM outbox_tasks WHERE id IN (
     SELECT id FROM outbox_tasks
     WHERE finished_at < now() - $1 * interval '1 microsecond'
+      AND NOT (status = 'failed' AND ordering_key IS NOT NULL)
     ORDER BY finished_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED)";
 
 const NEXT_DUE: &str = "\
 SELECT (EXTRACT(EPOCH FROM MIN(next_attempt_at) - now()) * 1000000)::bigint AS us
-FROM outbox_tasks WHERE status = 'pending' AND next_attempt_at > now()";
+FROM outbox_tasks WHERE status = 'waiting'";
 
 fn to_u64(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
@@ -73,20 +90,45 @@ fn duration_us(us: i64) -> Duration {
 
 impl Maintenance for PgStore {
     async fn stats(&self) -> Result<Stats> {
-        let counts: Counts = diesel::sql_query(STATS)
-            .get_result(&mut *self.conn().await?)
+        let mut conn = self.conn().await?;
+        let counts: Vec<Count> = diesel::sql_query(STATS)
+            .load(&mut *conn)
             .await
             .map_err(postgres_error)?;
         let mut stats = Stats::default();
-        stats.pending = to_u64(counts.pending);
-        stats.succeeded = to_u64(counts.succeeded);
-        stats.failed = to_u64(counts.failed);
-        stats.oldest_due_age = counts.oldest_due_us.map(duration_us);
+        let (mut table, mut exact) = (-1, 0);
+        for count in counts {
+            match count.status.as_str() {
+                "table" => table = count.n,
+                "oldest_due_us" => {
+                    stats.oldest_due_age = (count.n >= 0).then(|| duration_us(count.n));
+                }
+                status => {
+                    if let Ok(status) = status.parse::<Status>() {
+                        stats.set(status, to_u64(count.n));
+                        exact += count.n;
+                    }
+                }
+            }
+        }
+        stats.succeeded = if table < EXACT_BELOW {
+            let succeeded: Count = diesel::sql_query(COUNT_SUCCEEDED)
+                .get_result(&mut *conn)
+                .await
+                .map_err(postgres_error)?;
+            to_u64(succeeded.n)
+        } else {
+            to_u64(table - exact)
+        };
         Ok(stats)
     }
 
+    async fn discard_task(&self, id: TaskId) -> Result<bool> {
+        discard::one(&mut *self.conn().await?, id).await
+    }
+
     async fn requeue_failed(&self, id: TaskId) -> Result<bool> {
-        let changed = diesel::sql_query(REQUEUE)
+        let changed = cached(REQUEUE)
             .bind::<BigInt, _>(id.get())
             .execute(&mut *self.conn().await?)
             .await
@@ -105,7 +147,7 @@ impl Maintenance for PgStore {
     }
 
     async fn next_due(&self) -> Result<Option<Duration>> {
-        let next: Micros = diesel::sql_query(NEXT_DUE)
+        let next: Micros = cached(NEXT_DUE)
             .get_result(&mut *self.conn().await?)
             .await
             .map_err(postgres_error)?;

@@ -1,7 +1,7 @@
 //! The diesel schema of `outbox_tasks` on PostgreSQL.
 
 diesel::table! {
-    /// The outbox table (DESIGN §3).
+    /// The outbox table (docs/semantics.md).
     outbox_tasks (id) {
         /// Task id.
         id -> Int8,
@@ -17,7 +17,8 @@ diesel::table! {
         ordering_key -> Nullable<Varchar>,
         /// Idempotency key.
         dedup_key -> Nullable<Varchar>,
-        /// `pending`, `succeeded` or `failed`.
+        /// `available`, `waiting`, `running`, `blocked`, `succeeded`,
+        /// `failed` or `discarded`.
         status -> Text,
         /// Claims taken, including those given back unstarted (the fence token).
         attempts -> Int8,
@@ -41,5 +42,15 @@ diesel::table! {
         updated_at -> Timestamptz,
         /// End time.
         finished_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    /// Per ordering key with unfinished tasks: how many are open.
+    outbox_ordering_keys (ordering_key) {
+        /// The key.
+        ordering_key -> Varchar,
+        /// Tasks of the key neither succeeded nor discarded.
+        open_tasks -> Int8,
     }
 }

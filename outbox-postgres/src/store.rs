@@ -3,7 +3,7 @@
 use diesel_async::{
     AsyncPgConnection,
     pooled_connection::{
-        ManagerConfig,
+        ManagerConfig, RecyclingMethod,
         deadpool::{Object, Pool},
     },
 };
@@ -11,11 +11,11 @@ use outbox_core::{
     BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Store, Task, TaskId,
     telemetry, transition::Completion,
 };
-use outbox_diesel::{postgres_error, postgres_pool_error};
+use outbox_diesel::{cached, postgres_error, postgres_pool_error};
 
 use diesel_async::RunQueryDsl;
 
-use crate::{claim, complete, enqueue, maintenance::NOTIFY, query};
+use crate::{claim, complete, enqueue, maintenance::NOTIFY, moves, query};
 
 /// The outbox on PostgreSQL, over a deadpool pool of diesel-async connections.
 ///
@@ -67,8 +67,18 @@ impl PgStore {
 
     /// A store with its own pool of up to `max_size` connections to
     /// `database_url`, failing fast (5 s) when the server is unreachable.
+    ///
+    /// The pool recycles connections without a round trip
+    /// (`RecyclingMethod::Fast`): a PostgreSQL connection knows when the
+    /// server closed it, and the pool drops such a connection instead of
+    /// handing it out, so the `SELECT 1` of the default check would cost
+    /// every checkout a round trip to catch only the uses that race the
+    /// server's goodbye. Those fail with a retryable connection error, which
+    /// the relay and the result writer retry; nothing is lost.
     pub fn connect(database_url: &str, max_size: usize) -> Result<Self> {
-        let pool = outbox_diesel::build_pool(database_url, max_size, ManagerConfig::default())?;
+        let mut config = ManagerConfig::default();
+        config.recycling_method = RecyclingMethod::Fast;
+        let pool = outbox_diesel::build_pool(database_url, max_size, config)?;
         Ok(Self::new(pool))
     }
 
@@ -81,10 +91,7 @@ impl PgStore {
     /// on rollback); several in one transaction arrive as one.
     async fn notify_commit(&self, conn: &mut AsyncPgConnection) -> Result<()> {
         if self.notify {
-            diesel::sql_query(NOTIFY)
-                .execute(conn)
-                .await
-                .map_err(postgres_error)?;
+            cached(NOTIFY).execute(conn).await.map_err(postgres_error)?;
         }
         Ok(())
     }
@@ -133,5 +140,13 @@ impl Store for PgStore {
         query::get(&mut *self.conn().await?, id)
             .await?
             .ok_or(Error::NotFound(id))
+    }
+
+    async fn promote(&self, limit: u32) -> Result<u64> {
+        moves::promote(&mut *self.conn().await?, limit).await
+    }
+
+    async fn rescue(&self, limit: u32) -> Result<u64> {
+        moves::rescue(&mut *self.conn().await?, limit).await
     }
 }

@@ -7,3 +7,4 @@ mod conformance {
 mod database_errors;
 mod migration_lock;
 mod notify;
+mod pool_recycling;

@@ -67,7 +67,7 @@ struct Asleep {
     asleep: bool,
 }
 
-/// Waits until the relay has asked for the next due time (its last query
+/// Waits until the relay has claimed (and found nothing: its last query
 /// before it sleeps) after this was last called: PostgreSQL shows each
 /// session's latest statement, and no signal crosses into the relay's loop.
 async fn asleep_since_last_check(conn: &mut AsyncPgConnection) {
@@ -76,7 +76,8 @@ async fn asleep_since_last_check(conn: &mut AsyncPgConnection) {
         let asleep = diesel::sql_query(
             "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
                  WHERE datname = current_database() AND state = 'idle'
-                   AND query LIKE '%MIN(next_attempt_at)%' AND query_start > $1) AS asleep",
+                   AND query LIKE '%status = ''available'' AND t.id >%'
+                   AND query_start > $1) AS asleep",
         )
         .bind::<diesel::sql_types::Timestamptz, _>(since)
         .get_result::<Asleep>(conn)

@@ -196,7 +196,7 @@ async fn a_failed_send_is_delivered_by_the_next_round() {
     worker.wait_idle().await;
     let id = handle.deliveries()[0].id;
     let after_send = db.store().get(id).await.expect("task");
-    assert_eq!(after_send.status, Status::Pending);
+    assert_eq!(after_send.status, Status::Available);
     assert!(
         after_send.last_error.contains(handler::INJECTED_FAILURE),
         "{}",

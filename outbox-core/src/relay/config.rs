@@ -31,11 +31,11 @@ use crate::{
 /// | setting | default | allowed | meaning |
 /// |---|---|---|---|
 /// | `batch_size` | 100 | 1 to [`MAX_BATCH_SIZE`] (5,000) | most tasks one claim takes, and results per completion write |
-/// | `poll_interval` | 1 s | positive, at most 100 years | longest sleep when nothing is due (a wake-up or the next due time ends it sooner) |
+/// | `poll_interval` | 1 s | positive, at most 100 years | longest sleep when nothing is available (a wake-up or a promotion ends it sooner); also the longest time between two promotion and rescue steps |
 /// | `shutdown_timeout` | 10 s | at most 100 years | how long `run` waits for running handlers after shutdown is requested |
 /// | `retention` | 7 days | `None`, or at most 100 years | finished tasks older than this are purged; `None` keeps them |
-/// | `purge_interval` | 60 s | positive, at most 100 years | how often retention is applied and the backlog gauge refreshed |
-/// | `purge_batch` | 1,000 | 1 to [`MAX_BATCH_SIZE`] (5,000) | rows per purge statement |
+/// | `purge_interval` | 60 s | positive, at most 100 years | how often retention is applied and the status gauges refreshed |
+/// | `purge_batch` | 1,000 | 1 to [`MAX_BATCH_SIZE`] (5,000) | rows per maintenance statement: purge, promotion of due waiting tasks, rescue of lapsed leases |
 /// | `write_delay` | 20 ms | positive, shorter than the worker's `lease_duration` | longest time a finished result waits before the relay writes it back, however full the batch |
 /// | `max_unwritten` | 1,000 | at least 1 | results waiting for a write beyond which the relay stops claiming until they are written |
 ///
@@ -47,15 +47,16 @@ use crate::{
 pub struct RelayConfig {
     /// Most tasks one claim takes, and results per completion write.
     pub batch_size: usize,
-    /// Longest sleep when nothing is due.
+    /// Longest sleep when nothing is available, and longest time between two
+    /// promotion and rescue steps.
     pub poll_interval: Duration,
     /// How long `run` waits for running handlers after shutdown is requested.
     pub shutdown_timeout: Duration,
     /// Finished tasks older than this are purged; `None` keeps them.
     pub retention: Option<Duration>,
-    /// How often retention is applied.
+    /// How often retention is applied and the status gauges refreshed.
     pub purge_interval: Duration,
-    /// Rows per purge statement.
+    /// Rows per maintenance statement: purge, promotion, rescue.
     pub purge_batch: usize,
     /// Longest time a finished result waits before the relay writes it back,
     /// however full the batch of results is.
@@ -95,7 +96,8 @@ impl RelayConfig {
         self
     }
 
-    /// Sets the longest sleep when nothing is due.
+    /// Sets the longest sleep when nothing is available, and the longest
+    /// time between two promotion and rescue steps.
     ///
     /// ```
     /// use std::time::Duration;
@@ -143,7 +145,7 @@ impl RelayConfig {
         self
     }
 
-    /// Sets how often retention is applied and the backlog gauge refreshed.
+    /// Sets how often retention is applied and the status gauges refreshed.
     ///
     /// ```
     /// use std::time::Duration;
@@ -158,7 +160,7 @@ impl RelayConfig {
         self
     }
 
-    /// Sets the rows per purge statement.
+    /// Sets the rows per maintenance statement: purge, promotion, rescue.
     ///
     /// ```
     /// use outbox_core::RelayConfig;

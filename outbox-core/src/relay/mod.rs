@@ -1,26 +1,29 @@
 //! The background delivery loop: [`Relay`].
 //!
-//! A relay claims due tasks in batches with `SKIP LOCKED`, as many as it has
-//! free handler slots, runs their handlers as tokio tasks (at most the
+//! A relay claims available tasks in batches with `SKIP LOCKED`, as many as
+//! it has free handler slots, runs their handlers as tokio tasks (at most the
 //! worker's concurrency at once), writes results back in batches within the
-//! write delay, and sleeps until the next due time, a wake-up or the poll
-//! interval. Any number of relays may run, in one process or many, without a
+//! write delay, and sleeps until a wake-up, a promotion or the poll interval.
+//! Beside that loop, a maintenance task promotes waiting tasks once due,
+//! rescues lapsed leases, purges and counts, so none of that ever delays a
+//! claim. Any number of relays may run, in one process or many, without a
 //! distributed lock: claims never overlap and completion writes are fenced.
 
 mod config;
 mod inflight;
+pub(crate) mod maintainer;
 mod writer;
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use futures_util::StreamExt;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::{sync::CancellationToken, task::AbortOnDropHandle};
 
 pub use config::RelayConfig;
 
 use self::{inflight::Inflight, writer::ResultWriter};
-use crate::{BatchRequest, Maintenance, Result, Status, Wakeups, Worker, telemetry};
+use crate::{BatchRequest, Maintenance, Result, Status, Wakeups, Worker, telemetry, transition};
 
 /// What one [`Relay::run`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -36,6 +39,11 @@ pub struct RelayReport {
     pub failed: u64,
     /// Tasks found expired and marked failed unsent.
     pub expired: u64,
+    /// Waiting tasks made available once due.
+    pub promoted: u64,
+    /// Running tasks whose lease lapsed, made available again (or failed
+    /// when out of attempts).
+    pub rescued: u64,
     /// Claims given back: never started (too little lease left after the
     /// claim) or cut at shutdown.
     pub released: u64,
@@ -47,7 +55,8 @@ pub struct RelayReport {
     pub peak_unwritten: u64,
     /// Finished tasks purged for retention.
     pub purged: u64,
-    /// Database errors met and logged (the relay kept going).
+    /// Database errors met and logged (the relay and its maintenance task
+    /// kept going).
     pub errors: u64,
 }
 
@@ -56,7 +65,7 @@ pub struct RelayReport {
 /// ```no_run
 /// # async fn demo<S: outbox_core::Maintenance>(worker: outbox_core::Worker<S>) -> outbox_core::Result<()> {
 /// use outbox_core::{Relay, RelayConfig};
-/// use tokio_util::sync::CancellationToken;
+/// use tokio_util::{sync::CancellationToken, task::AbortOnDropHandle};
 ///
 /// let shutdown = CancellationToken::new();
 /// let relay = Relay::new(worker, RelayConfig::default())?;
@@ -107,7 +116,20 @@ impl<S: Maintenance> Relay<S> {
             .min(self.worker.config().lease_duration / 4);
         let mut writer = ResultWriter::new(config.write_delay, config.batch_size, retry_delay);
         let mut wakeups = self.subscribe(&mut report).await;
-        let mut next_purge = Instant::now();
+        // The maintenance task wakes the claim loop when it made tasks
+        // available; the claim loop wakes it when the next due time may
+        // have moved (a retry written, a wake-up for new tasks).
+        let available = Arc::new(tokio::sync::Notify::new());
+        let rescheduled = Arc::new(tokio::sync::Notify::new());
+        let stop_maintaining = CancellationToken::new();
+        // Aborted if this future is dropped instead of shut down.
+        let maintaining = AbortOnDropHandle::new(tokio::spawn(maintainer::run(
+            self.worker.store().clone(),
+            config.clone(),
+            available.clone(),
+            rescheduled.clone(),
+            stop_maintaining.clone(),
+        )));
         let mut resubscribe_at = later(Instant::now(), config.purge_interval);
         // A claim takes only as many tasks as there are free handler slots,
         // so no claim waits in a queue while its lease runs down. While a
@@ -120,48 +142,44 @@ impl<S: Maintenance> Relay<S> {
         let mut claim_now = true;
         let mut more = false;
         let mut poll_at: Option<Instant> = None;
+        // The claim under way, in a task of its own so handlers' results are
+        // taken and written while it runs.
+        let mut claiming: Option<Claiming> = None;
+        // A write started because nothing ran: claim after it, since what
+        // it wrote may be due again soon (a retry).
+        let mut idle_write = false;
         while !shutdown.is_cancelled() {
-            if Instant::now() >= next_purge {
-                self.maintain(&mut report).await;
-                next_purge = later(Instant::now(), config.purge_interval);
-            }
             if wakeups.is_none() && Instant::now() >= resubscribe_at {
                 wakeups = self.subscribe(&mut report).await;
                 resubscribe_at = later(Instant::now(), config.purge_interval);
             }
             inflight.reap(&mut writer);
-            if inflight.is_empty() && writer.len() > 0 && !writer.is_retrying() {
-                // Nothing runs that a later write could share a statement
-                // with, so write now. What was written may be due again soon
-                // (a retry): claim next, and so learn how long to sleep,
-                // instead of waiting for the poll.
-                writer.flush(&self.worker, &mut report).await;
-                claim_now = true;
-            } else if writer.is_due() {
-                writer.flush(&self.worker, &mut report).await;
+            if !writer.is_writing() {
+                if inflight.is_empty()
+                    && claiming.is_none()
+                    && writer.waiting() > 0
+                    && !writer.is_retrying()
+                {
+                    // Nothing runs that a later write could share a
+                    // statement with, so write now.
+                    writer.start(&self.worker);
+                    idle_write = true;
+                } else if writer.is_due() {
+                    writer.start(&self.worker);
+                }
+            }
+            if writer.take_retries_written() {
+                rescheduled.notify_one();
             }
             let free = inflight.free();
             let backpressure = writer.len() >= config.max_unwritten;
-            if (claim_now || (more && free >= threshold)) && free > 0 && !backpressure {
+            if claiming.is_none()
+                && (claim_now || (more && free >= threshold))
+                && free > 0
+                && !backpressure
+            {
                 claim_now = false;
-                let claimed = self
-                    .claim(
-                        free.min(config.batch_size),
-                        &mut inflight,
-                        &mut writer,
-                        &mut report,
-                    )
-                    .await;
-                more = claimed == Ok(true);
-                // The poll timer restarts only after a claim, so handlers
-                // finishing all the time never hold the next poll back.
-                let delay = match claimed {
-                    Ok(true) => None, // a backlog: claim again as slots free up
-                    Err(()) => Some(config.poll_interval),
-                    Ok(false) if !inflight.is_empty() => Some(config.poll_interval),
-                    Ok(false) => Some(self.idle_delay(&mut report).await),
-                };
-                poll_at = delay.map(|delay| later(Instant::now(), delay));
+                claiming = Some(self.start_claim(free.min(config.batch_size)));
             }
             let write_at = writer.deadline();
             tokio::select! {
@@ -170,13 +188,39 @@ impl<S: Maintenance> Relay<S> {
                 joined = inflight.next(), if inflight.running() > 0 => {
                     inflight.finish(joined, &mut writer);
                 }
+                claimed = claimed(&mut claiming), if claiming.is_some() => {
+                    let Some(claim) = claiming.take() else { continue };
+                    let started =
+                        self.started(claimed, &claim, &mut inflight, &mut writer, &mut report);
+                    more = started == Ok(true);
+                    // The poll timer restarts only after a claim, so handlers
+                    // finishing all the time never hold the next poll back.
+                    let delay = match started {
+                        Ok(true) => None, // a backlog: claim again as slots free up
+                        // Tasks that become due are promoted by the maintenance
+                        // task, which then wakes this loop.
+                        Ok(false) | Err(()) => Some(config.poll_interval),
+                    };
+                    poll_at = delay.map(|delay| later(Instant::now(), delay));
+                }
+                written = writer.written(), if writer.is_writing() => {
+                    writer.finish(written, &mut report);
+                    if std::mem::take(&mut idle_write) && inflight.is_empty() {
+                        claim_now = true;
+                    }
+                }
                 () = sleep_until(write_at) => {}
                 () = sleep_until(poll_at), if !claim_now => {
                     claim_now = true;
                     poll_at = None;
                 }
+                () = available.notified(), if !claim_now && !more => {
+                    claim_now = true;
+                }
                 woken = next_wakeup(&mut wakeups), if !claim_now && !more => {
                     claim_now = true;
+                    // New tasks may be scheduled for later.
+                    rescheduled.notify_one();
                     if woken.is_none() {
                         tracing::warn!("relay lost its wake-up stream; polling until it resubscribes");
                         wakeups = None;
@@ -184,6 +228,24 @@ impl<S: Maintenance> Relay<S> {
                 }
             }
         }
+        // A claim still under way: its tasks are given back unstarted.
+        if let Some(claim) = claiming.take() {
+            match tokio::time::timeout(config.shutdown_timeout, claim.task).await {
+                Ok(Ok(Ok(records))) => {
+                    for record in records {
+                        if record.status != Status::Failed {
+                            let fence = self.worker.fence(&record);
+                            writer.push(
+                                transition::release(fence),
+                                later(claim.at, self.worker.config().lease_duration),
+                            );
+                        }
+                    }
+                }
+                _ => report.errors += 1,
+            }
+        }
+        stop_maintaining.cancel();
         self.drain(inflight, &mut writer).await;
         // The last write, bounded like the wait for handlers.
         let last_write = writer.flush(&self.worker, &mut report);
@@ -195,41 +257,73 @@ impl<S: Maintenance> Relay<S> {
         }
         writer.abandon(&mut report);
         report.peak_unwritten = writer.peak() as u64;
+        // Its statements are short, but a database that stopped answering
+        // must not hold the shutdown: bounded like the last write.
+        match tokio::time::timeout(config.shutdown_timeout, maintaining).await {
+            Ok(Ok(maintained)) => {
+                report.promoted += maintained.promoted;
+                report.rescued += maintained.rescued;
+                report.purged += maintained.purged;
+                report.errors += maintained.errors;
+            }
+            Ok(Err(error)) => {
+                report.errors += 1;
+                tracing::warn!(%error, "relay maintenance task ended abnormally");
+            }
+            Err(_) => report.errors += 1,
+        }
         report
     }
 
-    /// Claims up to `limit` due tasks and starts their handlers. `Ok(true)` when the
-    /// claim came back full (more may be due).
-    async fn claim(
-        &self,
-        limit: usize,
-        inflight: &mut Inflight<S>,
-        writer: &mut ResultWriter,
-        report: &mut RelayReport,
-    ) -> Result<bool, ()> {
+    /// Starts claiming up to `limit` available tasks in a task of its own.
+    fn start_claim(&self, limit: usize) -> Claiming {
         let request = BatchRequest {
             lease: self.worker.lease_request(),
             limit,
             after: None,
             due_by: None,
         };
-        let claimed_at = Instant::now();
-        let records = match self.worker.store().claim_due(&request).await {
-            Ok(records) => records,
-            Err(error) => {
+        let store = self.worker.store().clone();
+        Claiming {
+            at: Instant::now(),
+            limit,
+            task: AbortOnDropHandle::new(tokio::spawn(
+                async move { store.claim_due(&request).await },
+            )),
+        }
+    }
+
+    /// Starts the handlers of what `claim` took. `Ok(true)` when the claim
+    /// came back full (more may be available).
+    fn started(
+        &self,
+        claimed: Claimed,
+        claim: &Claiming,
+        inflight: &mut Inflight<S>,
+        writer: &mut ResultWriter,
+        report: &mut RelayReport,
+    ) -> Result<bool, ()> {
+        let records = match claimed {
+            Ok(Ok(records)) => records,
+            Ok(Err(error)) => {
                 report.errors += 1;
                 tracing::warn!(error = %error.chain(), "relay could not claim tasks");
                 return Err(());
             }
+            Err(error) => {
+                report.errors += 1;
+                tracing::warn!(%error, "relay's claim task ended abnormally");
+                return Err(());
+            }
         };
-        let full = records.len() == request.limit;
+        let full = records.len() == claim.limit;
         for record in records {
             if record.status == Status::Failed {
                 report.expired += 1;
                 telemetry::expired(1);
             } else {
                 report.claimed += 1;
-                inflight.start(record, claimed_at, writer);
+                inflight.start(record, claim.at, writer);
             }
         }
         Ok(full)
@@ -255,44 +349,6 @@ impl<S: Maintenance> Relay<S> {
         }
     }
 
-    /// How long to sleep when nothing is claimable: until the next due task,
-    /// at most the poll interval.
-    async fn idle_delay(&self, report: &mut RelayReport) -> Duration {
-        match self.worker.store().next_due().await {
-            Ok(Some(due_in)) if !due_in.is_zero() => due_in.min(self.config.poll_interval),
-            Ok(_) => self.config.poll_interval,
-            Err(error) => {
-                report.errors += 1;
-                tracing::warn!(error = %error.chain(), "relay could not read the next due time");
-                self.config.poll_interval
-            }
-        }
-    }
-
-    /// Applies retention and refreshes the backlog gauge.
-    async fn maintain(&self, report: &mut RelayReport) {
-        let store = self.worker.store();
-        if let Some(retention) = self.config.retention {
-            match store
-                .purge_finished(retention, self.config.purge_batch)
-                .await
-            {
-                Ok(purged) => report.purged += purged,
-                Err(error) => {
-                    report.errors += 1;
-                    tracing::warn!(error = %error.chain(), "relay could not purge finished tasks");
-                }
-            }
-        }
-        match store.stats().await {
-            Ok(stats) => telemetry::backlog(stats.pending),
-            Err(error) => {
-                report.errors += 1;
-                tracing::warn!(error = %error.chain(), "relay could not read stats");
-            }
-        }
-    }
-
     async fn subscribe(&self, report: &mut RelayReport) -> Option<Wakeups> {
         match self.worker.store().wakeups().await {
             Ok(wakeups) => wakeups,
@@ -302,6 +358,25 @@ impl<S: Maintenance> Relay<S> {
                 None
             }
         }
+    }
+}
+
+/// A claim under way: its task, its size and when it started (its lease
+/// started no earlier).
+struct Claiming {
+    task: AbortOnDropHandle<Result<Vec<crate::Record>>>,
+    limit: usize,
+    at: Instant,
+}
+
+/// What a claim task came to.
+type Claimed = std::result::Result<Result<Vec<crate::Record>>, tokio::task::JoinError>;
+
+/// The outcome of the claim under way; never resolves when there is none.
+async fn claimed(claiming: &mut Option<Claiming>) -> Claimed {
+    match claiming {
+        Some(claim) => (&mut claim.task).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -2,20 +2,34 @@
 //!
 //! Results wait here at most the relay's `write_delay` (or until a batch has
 //! piled up), so a finished task never stays leased until its lease lapses
-//! and is delivered again. A result that could not be written because of a
-//! passing fault waits for another try, unless its lease lapses meanwhile:
-//! then it is dropped instead of retried for ever, and the task (claimable
-//! again) runs again.
+//! and is delivered again. A batch is written by a task of its own on its
+//! own pool connection ([`ResultWriter::start`]), so the relay claims and
+//! starts handlers while the write is under way; one write is in flight at a
+//! time. A result that could not be written because of a passing fault
+//! waits for another try, unless its lease lapses meanwhile: then it is
+//! dropped instead of retried for ever, and the task (claimable again) runs
+//! again.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::RelayReport;
 use crate::{
-    Status, Store, Worker, telemetry,
+    Result, Status, Store, Worker, WriteReport, telemetry,
     transition::{Completion, INTERRUPTED_ERROR},
 };
+
+/// A batch being written: the task writing it and when each claim lapses.
+struct Writing {
+    task: AbortOnDropHandle<(Vec<Completion>, Result<WriteReport>)>,
+    lease_ends: Vec<Instant>,
+}
+
+/// What a write in flight came to.
+pub(super) type Written =
+    std::result::Result<(Vec<Completion>, Result<WriteReport>), tokio::task::JoinError>;
 
 /// The results a relay has not written yet, oldest first.
 pub(super) struct ResultWriter {
@@ -30,6 +44,13 @@ pub(super) struct ResultWriter {
     retry_at: Option<Instant>,
     /// The most results that waited at once.
     peak: usize,
+    /// Whether a write since the last [`take_retries_written`] scheduled a
+    /// retry (a waiting task the maintenance task must promote once due).
+    ///
+    /// [`take_retries_written`]: ResultWriter::take_retries_written
+    retries_written: bool,
+    /// The batch being written, if any.
+    writing: Option<Writing>,
     delay: Duration,
     batch_size: usize,
     retry_delay: Duration,
@@ -45,6 +66,8 @@ impl ResultWriter {
             oldest: None,
             retry_at: None,
             peak: 0,
+            retries_written: false,
+            writing: None,
             delay,
             batch_size,
             retry_delay,
@@ -61,9 +84,108 @@ impl ResultWriter {
         self.retry_at.is_some_and(|at| at > Instant::now())
     }
 
-    /// Results waiting for a write.
+    /// Results not written yet, including a batch being written.
     pub(super) fn len(&self) -> usize {
+        self.unwritten.len() + self.writing.as_ref().map_or(0, |w| w.lease_ends.len())
+    }
+
+    /// Results waiting for a write to start.
+    pub(super) fn waiting(&self) -> usize {
         self.unwritten.len()
+    }
+
+    /// Whether a batch is being written.
+    pub(super) fn is_writing(&self) -> bool {
+        self.writing.is_some()
+    }
+
+    /// Starts writing the oldest `batch_size` results in a task of their own,
+    /// unless a write is under way or nothing waits; the relay hands the
+    /// outcome to [`finish`](Self::finish) once [`written`](Self::written)
+    /// resolves.
+    pub(super) fn start<S: Store>(&mut self, worker: &Worker<S>) {
+        if self.writing.is_some() || self.unwritten.is_empty() {
+            return;
+        }
+        let n = self.unwritten.len().min(self.batch_size);
+        let batch: Vec<Completion> = self.unwritten.drain(..n).collect();
+        let lease_ends = self.lease_ends.drain(..n).collect();
+        self.oldest = (!self.unwritten.is_empty()).then(Instant::now);
+        let worker = worker.clone();
+        let task = tokio::spawn(async move {
+            let written = worker.write_results(&batch).await;
+            (batch, written)
+        });
+        self.writing = Some(Writing {
+            task: AbortOnDropHandle::new(task),
+            lease_ends,
+        });
+    }
+
+    /// The outcome of the write under way; never resolves when there is none.
+    pub(super) async fn written(&mut self) -> Written {
+        match &mut self.writing {
+            Some(writing) => (&mut writing.task).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Accounts for the write that [`written`](Self::written) returned: its
+    /// results counted, or, after a passing fault, put back first in line
+    /// for another try.
+    pub(super) fn finish(&mut self, written: Written, report: &mut RelayReport) {
+        let Some(writing) = self.writing.take() else {
+            return;
+        };
+        match written {
+            Ok((_, Ok(written))) => self.count_written(&written, report),
+            Ok((batch, Err(error))) => {
+                self.unwritten.splice(0..0, batch);
+                self.lease_ends.splice(0..0, writing.lease_ends);
+                self.failed(&error, report);
+            }
+            Err(error) => {
+                // The write task panicked: its batch is gone with it, and its
+                // tasks run again once their leases lapse.
+                report.errors += 1;
+                report.dropped += writing.lease_ends.len() as u64;
+                tracing::warn!(%error, "relay's write task ended abnormally");
+            }
+        }
+        telemetry::unwritten(self.len());
+    }
+
+    fn count_written(&mut self, written: &WriteReport, report: &mut RelayReport) {
+        for completion in &written.written {
+            count(report, completion);
+            self.retries_written |= completion.status == Status::Waiting;
+        }
+        report.dropped += written.dropped;
+    }
+
+    /// After a write failed for a passing fault: drops the waiting results
+    /// whose lease lapsed meanwhile, and schedules the next try.
+    fn failed(&mut self, error: &crate::Error, report: &mut RelayReport) {
+        report.errors += 1;
+        tracing::warn!(
+            error = %error.chain(),
+            unwritten = self.unwritten.len(),
+            "relay could not write results; will retry"
+        );
+        let now = Instant::now();
+        let mut live = self.lease_ends.iter().map(|ends| *ends > now);
+        self.unwritten.retain(|_| live.next().unwrap_or(false));
+        let lapsed = self.lease_ends.len() - self.unwritten.len();
+        self.lease_ends.retain(|ends| *ends > now);
+        if lapsed > 0 {
+            report.dropped += lapsed as u64;
+            tracing::warn!(
+                lapsed,
+                "relay dropped unwritten results whose lease lapsed meanwhile"
+            );
+        }
+        self.oldest = (!self.unwritten.is_empty()).then_some(now);
+        self.retry_at = self.oldest.map(|now| super::later(now, self.retry_delay));
     }
 
     /// Adds a result whose claim lapses at `lease_ends`.
@@ -76,8 +198,12 @@ impl ResultWriter {
     }
 
     /// When the results must be written: at once when a batch has piled up,
-    /// else when the oldest has waited `write_delay`; `None` when empty.
+    /// else when the oldest has waited `write_delay`; `None` when empty or
+    /// while a write is under way (its end is awaited instead).
     pub(super) fn deadline(&self) -> Option<Instant> {
+        if self.writing.is_some() {
+            return None;
+        }
         let oldest = self.oldest?;
         if let Some(at) = self.retry_at {
             return Some(at);
@@ -93,13 +219,22 @@ impl ResultWriter {
         self.deadline().is_some_and(|at| at <= Instant::now())
     }
 
-    /// Writes every result, `batch_size` per statement. A batch refused for
-    /// what it holds (not for a passing fault) is split to isolate the rows
-    /// that cannot be written ([`Worker::write_results`]). At the first
-    /// passing fault (connection lost, pool timeout) the rest waits for the
-    /// next try; of what waits, results whose lease has lapsed since are
-    /// dropped rather than retried for ever: their tasks are claimable again.
+    /// Whether a write since the last call scheduled a retry.
+    pub(super) fn take_retries_written(&mut self) -> bool {
+        std::mem::take(&mut self.retries_written)
+    }
+
+    /// Writes every result now, `batch_size` per statement, after the write
+    /// under way if any: the relay's last write at shutdown. A batch refused
+    /// for what it holds (not for a passing fault) is split to isolate the
+    /// rows that cannot be written ([`Worker::write_results`]). At the first
+    /// passing fault (connection lost, pool timeout) the rest waits; of what
+    /// waits, results whose lease has lapsed since are dropped.
     pub(super) async fn flush<S: Store>(&mut self, worker: &Worker<S>, report: &mut RelayReport) {
+        if self.writing.is_some() {
+            let written = self.written().await;
+            self.finish(written, report);
+        }
         // A batch leaves the list only once its write returned, so a flush
         // cut short (at the shutdown deadline) loses nothing it has not written.
         while !self.unwritten.is_empty() {
@@ -108,43 +243,27 @@ impl ResultWriter {
                 Ok(written) => {
                     self.unwritten.drain(..n);
                     self.lease_ends.drain(..n);
-                    for completion in &written.written {
-                        count(report, completion);
-                    }
-                    report.dropped += written.dropped;
+                    self.count_written(&written, report);
                 }
                 Err(error) => {
-                    report.errors += 1;
-                    tracing::warn!(
-                        error = %error.chain(),
-                        pending = self.unwritten.len(),
-                        "relay could not write results; will retry"
-                    );
+                    self.failed(&error, report);
                     break;
                 }
             }
         }
-        let now = Instant::now();
-        let mut live = self.lease_ends.iter().map(|ends| *ends > now);
-        self.unwritten.retain(|_| live.next().unwrap_or(false));
-        let lapsed = self.lease_ends.len() - self.unwritten.len();
-        self.lease_ends.retain(|ends| *ends > now);
-        if lapsed > 0 {
-            report.dropped += lapsed as u64;
-            tracing::warn!(
-                lapsed,
-                "relay dropped unwritten results whose lease lapsed meanwhile"
-            );
+        if self.unwritten.is_empty() {
+            self.oldest = None;
+            self.retry_at = None;
         }
-        self.oldest = (!self.unwritten.is_empty()).then_some(now);
-        self.retry_at = self.oldest.map(|now| super::later(now, self.retry_delay));
-        telemetry::unwritten(self.unwritten.len());
+        telemetry::unwritten(self.len());
     }
 
     /// Gives up on every result still waiting (the relay is stopping and its
     /// last write failed): their tasks run again once their leases lapse.
     pub(super) fn abandon(&mut self, report: &mut RelayReport) {
-        let left = self.unwritten.len();
+        let left = self.len();
+        // Dropping the handle aborts a write still under way.
+        self.writing = None;
         if left > 0 {
             report.dropped += left as u64;
             tracing::warn!(
@@ -165,8 +284,10 @@ fn count(report: &mut RelayReport, completion: &Completion) {
     let interrupted = completion.last_error.as_deref() == Some(INTERRUPTED_ERROR);
     match completion.status {
         Status::Succeeded => report.succeeded += 1,
-        Status::Failed => report.failed += 1,
-        Status::Pending if completion.released || interrupted => report.released += 1,
-        Status::Pending => report.retried += 1,
+        Status::Failed | Status::Discarded => report.failed += 1,
+        _ if completion.released || interrupted => report.released += 1,
+        Status::Available | Status::Waiting | Status::Running | Status::Blocked => {
+            report.retried += 1
+        }
     }
 }

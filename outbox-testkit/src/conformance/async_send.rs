@@ -17,7 +17,7 @@ pub async fn send_async_returns_at_once<B: TestBackend>(db: &B) -> anyhow::Resul
     // The handler is running and held: send_async has long returned.
     handle.wait_for_blocked(1).await;
     assert!(!sending.is_finished());
-    assert_eq!(get(db, id).await?.status, Status::Pending);
+    assert_eq!(get(db, id).await?.status, Status::Running);
     handle.release();
     sending.await??;
     assert_eq!(get(db, id).await?.status, Status::Succeeded);
@@ -54,7 +54,7 @@ pub async fn hanging_handler_is_cut_at_the_timeout<B: TestBackend>(db: &B) -> an
         "not cut at the timeout: {took:?}"
     );
     let record = get(db, id).await?;
-    assert_eq!(record.status, Status::Pending);
+    assert_eq!(record.status, Status::Available);
     assert!(
         record.last_error.contains("timed out"),
         "{}",
@@ -85,7 +85,7 @@ pub async fn panicking_handler_is_recorded_and_the_worker_lives<B: TestBackend>(
         "{err:?}"
     );
     let record = get(db, first).await?;
-    assert_eq!(record.status, Status::Pending);
+    assert_eq!(record.status, Status::Available);
     assert!(
         record.last_error.contains(handler::INJECTED_PANIC),
         "{}",

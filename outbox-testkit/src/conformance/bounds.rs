@@ -61,7 +61,7 @@ pub async fn longest_durations_work_end_to_end<B: TestBackend>(db: &B) -> anyhow
         "{sent:?}"
     );
     let record = get(db, id).await?;
-    assert_eq!((record.status, record.attempts), (Status::Pending, 1));
+    assert_eq!((record.status, record.attempts), (Status::Waiting, 1));
     assert!(record.last_error.contains(handler::INJECTED_FAILURE));
     assert!(record.lease.is_none());
     assert_eq!(
@@ -113,7 +113,7 @@ pub async fn a_relay_at_its_bounds_runs_without_errors<B: TestBackend>(
         "{report:?}"
     );
     let record = get(db, id).await?;
-    assert_eq!((record.status, record.attempts), (Status::Pending, 1));
+    assert_eq!((record.status, record.attempts), (Status::Waiting, 1));
     assert_eq!(
         (record.next_attempt_at - record.updated_at).to_std()?,
         MAX_DURATION
@@ -135,7 +135,7 @@ pub async fn a_round_of_the_largest_batch_writes_every_result<B: TestBackend>(
     let all = u64::try_from(MAX_BATCH_SIZE)?;
     assert_eq!((report.claimed, report.retried), (all, all), "{report:?}");
     let recorded = db
-        .count("outbox_tasks WHERE status = 'pending' AND attempts = 1 AND last_error <> ''")
+        .count("outbox_tasks WHERE status = 'waiting' AND attempts = 1 AND last_error <> ''")
         .await?;
     assert_eq!(recorded, i64::try_from(MAX_BATCH_SIZE)?);
     Ok(())

@@ -67,7 +67,7 @@ pub async fn a_write_with_a_stale_and_a_current_result_applies_the_current<B: Te
             },
             |fence| decide(fence, Outcome::Retryable("current".into()), &in_an_hour()),
             Expected {
-                status: Status::Pending,
+                status: Status::Waiting,
                 last_error: "current",
                 retry_after: Some(TimeDelta::minutes(30)),
             },
@@ -192,5 +192,6 @@ fn fence(record: &Record) -> Fence {
         id: record.id,
         owner: "w".to_owned(),
         attempt: record.attempts,
+        ordering_key: record.task.ordering_key.clone(),
     }
 }

@@ -51,7 +51,7 @@ pub async fn last_error_is_cut_on_a_utf8_boundary<B: TestBackend>(db: &B) -> any
     let id = enqueue_one(db, task(1)).await?;
     assert!(worker.send(id).await.is_err());
     let record = get(db, id).await?;
-    assert_eq!(record.status, Status::Pending);
+    assert_eq!(record.status, Status::Available);
     assert_eq!(record.last_error.len(), 4095);
     assert!(message.starts_with(&record.last_error));
     Ok(())

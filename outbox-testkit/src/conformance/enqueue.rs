@@ -6,11 +6,11 @@ use outbox_core::{Error, Status, Store, Task, TaskId};
 use super::support::{enqueue_committed, get, task};
 use crate::TestBackend;
 
-/// A task enqueued in a transaction that commits is a pending row.
+/// A task enqueued in a transaction that commits is an available row.
 pub async fn enqueue_commits_with_the_transaction<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let ids = enqueue_committed(db, vec![task(1)]).await?;
     let record = get(db, ids[0]).await?;
-    assert_eq!(record.status, Status::Pending);
+    assert_eq!(record.status, Status::Available);
     assert_eq!(record.attempts, 0);
     assert_eq!(record.task.payload, b"{\"order\":1}");
     assert!(record.lease.is_none() && record.finished_at.is_none());
@@ -161,6 +161,8 @@ pub async fn enqueue_many_stores_every_field<B: TestBackend>(db: &B) -> anyhow::
                 .header("two", "2"),
         ],
     ];
+    // The first task of a key heads it; the key's later ones are blocked.
+    let mut keys_seen = std::collections::HashSet::new();
     for batch in batches {
         let ids = super::support::enqueue_batch(db, batch.clone()).await?;
         assert_eq!(ids.len(), batch.len());
@@ -172,7 +174,16 @@ pub async fn enqueue_many_stores_every_field<B: TestBackend>(db: &B) -> anyhow::
             if let Some(at) = sent.not_before {
                 assert_eq!(stored.next_attempt_at, at, "task {id}");
             }
-            assert_eq!(stored.status, Status::Pending);
+            let head = sent
+                .ordering_key
+                .as_ref()
+                .is_none_or(|key| keys_seen.insert(key.clone()));
+            let expected_status = match (head, stored.next_attempt_at > stored.created_at) {
+                (false, _) => Status::Blocked,
+                (true, true) => Status::Waiting,
+                (true, false) => Status::Available,
+            };
+            assert_eq!(stored.status, expected_status, "task {id}");
         }
     }
     Ok(())

@@ -49,6 +49,7 @@ fn succeeded(record: &outbox_core::Record, owner: &str) -> Completion {
             id: record.id,
             owner: owner.to_owned(),
             attempt: record.attempts,
+            ordering_key: record.task.ordering_key.clone(),
         },
         record.attempts,
         None,
@@ -93,7 +94,7 @@ pub async fn lease_takeover_fences_the_late_writer<B: TestBackend>(db: &B) -> an
     // A's late completion while B holds the lease: nothing changes.
     assert_eq!(store.complete(&[succeeded(&by_a, "worker-a")]).await?, 0);
     let during = get(db, id).await?;
-    assert_eq!(during.status, Status::Pending);
+    assert_eq!(during.status, Status::Running);
     assert_eq!(during.attempts, 2);
     assert_eq!(during.lease, by_b.lease);
 
@@ -170,7 +171,7 @@ pub async fn stale_attempt_of_the_same_owner_is_fenced<B: TestBackend>(
     assert_eq!((first.attempts, second.attempts), (1, 2));
     assert_eq!(store.complete(&[succeeded(&first, "w")]).await?, 0);
     let row = get(db, id).await?;
-    assert_eq!((row.status, row.attempts), (Status::Pending, 2));
+    assert_eq!((row.status, row.attempts), (Status::Running, 2));
     assert_eq!(row.lease, second.lease);
     Ok(())
 }
@@ -186,7 +187,7 @@ pub async fn completion_by_another_owner_is_fenced<B: TestBackend>(db: &B) -> an
     )?;
     assert_eq!(store.complete(&[succeeded(&by_a, "b")]).await?, 0);
     let row = get(db, id).await?;
-    assert_eq!(row.status, Status::Pending);
+    assert_eq!(row.status, Status::Running);
     assert_eq!(row.lease, by_a.lease);
     Ok(())
 }

@@ -20,11 +20,13 @@ pub mod crash;
 mod delivery;
 mod enqueue;
 mod input;
+mod key_heads;
 mod leases;
 mod migrations;
 mod ordering;
 mod pipeline;
 pub mod relay;
+mod relay_steps;
 mod rounds;
 mod send;
 pub mod support;
@@ -38,16 +40,18 @@ pub use completion_batches::*;
 pub use delivery::*;
 pub use enqueue::*;
 pub use input::*;
+pub use key_heads::*;
 pub use leases::*;
 pub use migrations::*;
 pub use ordering::*;
 pub use pipeline::*;
 pub use relay::{
-    ordering_keys_hold_under_random_failures, purge_keeps_pending_and_recent_rows,
+    ordering_keys_hold_under_random_failures, purge_keeps_unfinished_and_recent_rows,
     relay_claims_only_what_it_can_start, relay_wakes_for_the_next_due_retry,
     shutdown_deadline_gives_claims_back, shutdown_waits_for_running_handlers, stats_and_requeue,
     three_relays_deliver_each_task_once,
 };
+pub use relay_steps::*;
 pub use rounds::*;
 pub use send::*;
 pub use transaction::*;
@@ -76,7 +80,7 @@ macro_rules! conformance_tests {
             send_reaching_max_attempts_marks_failed,
             send_after_expiry_fails_without_calling,
             send_unknown_id_is_not_found,
-            send_without_handler_stays_pending,
+            send_without_handler_stays_unfinished,
             concurrent_sends_run_the_handler_once,
             lease_takeover_fences_the_late_writer,
             hung_handler_is_cut_and_another_worker_delivers,
@@ -98,7 +102,7 @@ macro_rules! conformance_tests {
             shutdown_waits_for_running_handlers,
             shutdown_deadline_gives_claims_back,
             relay_claims_only_what_it_can_start,
-            purge_keeps_pending_and_recent_rows,
+            purge_keeps_unfinished_and_recent_rows,
             stats_and_requeue,
             relay_wakes_for_the_next_due_retry,
             send_async_returns_at_once,
@@ -120,6 +124,18 @@ macro_rules! conformance_tests {
             longest_durations_work_end_to_end,
             a_relay_at_its_bounds_runs_without_errors,
             a_round_of_the_largest_batch_writes_every_result,
+            a_failed_head_blocks_its_key_and_no_other,
+            requeue_of_an_expired_head_delivers_it_first,
+            a_task_never_runs_while_its_keys_head_runs,
+            lapsed_leases_are_rescued,
+            waiting_tasks_are_promoted_once_due,
+            concurrent_enqueues_of_one_key_take_turns,
+            a_held_dedup_key_leaves_the_head_to_the_next_task,
+            discard_refuses_running_and_finished_tasks,
+            purge_keeps_a_failed_head,
+            stats_count_every_status,
+            relay_delivers_a_scheduled_task_when_due,
+            relay_rescues_a_lapsed_lease,
         );
         $crate::conformance_tests!(@each $backend, (flavor = "current_thread");
             migrations_are_idempotent_and_reversible,

@@ -149,7 +149,7 @@ pub async fn poisoned_error_text_is_stored_and_neighbours_succeed<B: TestBackend
     let worker = worker(db, registry(handler)?, config("poison"))?;
     let ids = enqueue_committed(db, (0..6).map(task).collect()).await?;
     let report = run_until(worker, RelayConfig::default(), async || {
-        Ok(count_status(db, Status::Pending).await? == 0)
+        Ok(outbox_core::Maintenance::stats(db.store()).await?.backlog() == 0)
     })
     .await?;
 
@@ -199,6 +199,7 @@ pub async fn a_refused_result_is_isolated_and_recorded<B: TestBackend>(
         id: claimed[i].id,
         owner: "isolating".into(),
         attempt: claimed[i].attempts,
+        ordering_key: None,
     };
     let policy = outbox_core::RetryPolicy::default();
     let mut completions: Vec<Completion> = (0..5)
@@ -360,6 +361,7 @@ pub async fn a_released_claim_is_not_a_run<B: TestBackend>(db: &B) -> anyhow::Re
         id,
         owner: "releaser".into(),
         attempt: record.attempts,
+        ordering_key: None,
     });
     assert_eq!(db.store().complete(&[release]).await?, 1);
     worker.send(id).await?;

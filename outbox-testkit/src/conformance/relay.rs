@@ -59,7 +59,7 @@ pub async fn three_relays_deliver_each_task_once<B: TestBackend>(db: &B) -> anyh
         "claims per relay: {claimed:?}"
     );
     let stats = db.store().stats().await?;
-    assert_eq!((stats.pending, stats.succeeded), (0, 5000));
+    assert_eq!((stats.backlog(), stats.succeeded), (0, 5000));
     Ok(())
 }
 
@@ -138,7 +138,7 @@ pub async fn ordering_keys_hold_under_random_failures<B: TestBackend>(
     assert_eq!(handle.succeeded_ids().len(), 1100);
     assert!(keyed.iter().all(|id| handle.succeeded_ids().contains(id)));
     let waiting = get(db, blocked_behind).await?;
-    assert_eq!((waiting.status, waiting.attempts), (Status::Pending, 0));
+    assert_eq!((waiting.status, waiting.attempts), (Status::Blocked, 0));
     Ok(())
 }
 
@@ -190,7 +190,7 @@ pub async fn shutdown_deadline_gives_claims_back<B: TestBackend>(db: &B) -> anyh
     assert_eq!(report.released, 10);
     for id in ids {
         let record = get(db, id).await?;
-        assert_eq!((record.status, record.attempts), (Status::Pending, 1));
+        assert_eq!((record.status, record.attempts), (Status::Available, 1));
         assert!(
             record.lease.is_none(),
             "task {id} kept its lease after run returned"
@@ -202,7 +202,7 @@ pub async fn shutdown_deadline_gives_claims_back<B: TestBackend>(db: &B) -> anyh
 
 /// Purge removes only finished rows older than the retention, in batches;
 /// pending and recent rows stay. A relay applies retention on its own.
-pub async fn purge_keeps_pending_and_recent_rows<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+pub async fn purge_keeps_unfinished_and_recent_rows<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let ids = enqueue_committed(db, (0..6).map(task).collect()).await?;
     let (mock, handle) = handler::recording();
     let worker = worker(db, registry(mock)?, config("w"))?;
@@ -259,13 +259,21 @@ pub async fn stats_and_requeue<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     handle.fail_permanently();
     assert!(worker.send(ids[1]).await.is_err());
     let stats = db.store().stats().await?;
-    assert_eq!((stats.pending, stats.succeeded, stats.failed), (2, 1, 1));
+    assert_eq!(
+        (
+            stats.available,
+            stats.succeeded,
+            stats.failed,
+            stats.backlog()
+        ),
+        (2, 1, 1, 2)
+    );
     assert!(stats.oldest_due_age.is_some(), "two tasks are due");
 
     let store = db.store();
     store.requeue(ids[1]).await?;
     let requeued = get(db, ids[1]).await?;
-    assert_eq!((requeued.status, requeued.attempts), (Status::Pending, 1));
+    assert_eq!((requeued.status, requeued.attempts), (Status::Available, 1));
     assert!(requeued.finished_at.is_none());
     assert!(
         requeued
@@ -285,7 +293,7 @@ pub async fn stats_and_requeue<B: TestBackend>(db: &B) -> anyhow::Result<()> {
         matches!(
             not_failed,
             Err(Error::NotFailed {
-                status: Status::Pending,
+                status: Status::Available,
                 ..
             })
         ),
@@ -349,7 +357,7 @@ pub async fn relay_claims_only_what_it_can_start<B: TestBackend>(db: &B) -> anyh
         assert!(record.lease.is_none(), "task {id} kept its lease");
         match record.status {
             Status::Succeeded => started += 1,
-            Status::Pending => assert_eq!(record.attempts, 0),
+            Status::Available => assert_eq!(record.attempts, 0),
             other => panic!("task {id} is {other}"),
         }
     }

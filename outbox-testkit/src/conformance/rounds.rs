@@ -66,12 +66,12 @@ pub async fn retry_rounds_share_work_exactly_once<B: TestBackend>(db: &B) -> any
     }
     for &id in &ids[1000..1010] {
         let record = get(db, id).await?;
-        assert_eq!((record.status, record.attempts), (Status::Pending, 1));
+        assert_eq!((record.status, record.attempts), (Status::Available, 1));
         assert!(record.last_error.contains(handler::INJECTED_FAILURE));
     }
     for &id in &ids[1010..] {
         let record = get(db, id).await?;
-        assert_eq!((record.status, record.attempts), (Status::Pending, 0));
+        assert_eq!((record.status, record.attempts), (Status::Waiting, 0));
         assert!(record.lease.is_none());
     }
     Ok(())
@@ -234,7 +234,7 @@ pub async fn claims_near_their_lease_end_are_released<B: TestBackend>(
     assert!(report.released >= 1, "{report:?}");
     assert_eq!(calls.load(Ordering::SeqCst) as u64 + report.released, 3);
     let last = get(db, ids[2]).await?;
-    assert_eq!((last.status, last.attempts), (Status::Pending, 1));
+    assert_eq!((last.status, last.attempts), (Status::Available, 1));
     assert_eq!(last.last_error, "");
     assert!(last.lease.is_none());
     Ok(())

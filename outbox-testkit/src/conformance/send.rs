@@ -27,7 +27,7 @@ pub async fn send_success_marks_succeeded_once<B: TestBackend>(db: &B) -> anyhow
     Ok(())
 }
 
-/// A retryable error leaves the task pending with `last_error` and a
+/// A retryable error leaves the task waiting with `last_error` and a
 /// `next_attempt_at` the retry policy gives.
 pub async fn send_retryable_error_schedules_a_retry<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let (mock, _handle) = handler::failing(1);
@@ -48,7 +48,7 @@ pub async fn send_retryable_error_schedules_a_retry<B: TestBackend>(db: &B) -> a
         "{err:?}"
     );
     let record = get(db, id).await?;
-    assert_eq!(record.status, Status::Pending);
+    assert_eq!(record.status, Status::Waiting);
     assert_eq!(record.attempts, 1);
     assert!(record.last_error.contains(handler::INJECTED_FAILURE));
     assert!(record.lease.is_none() && record.finished_at.is_none());
@@ -110,7 +110,7 @@ pub async fn send_reaching_max_attempts_marks_failed<B: TestBackend>(db: &B) -> 
         ),
         "{first:?}"
     );
-    assert_eq!(get(db, id).await?.status, Status::Pending);
+    assert_eq!(get(db, id).await?.status, Status::Available);
     let second = worker.send(id).await.err();
     assert!(
         matches!(
@@ -163,9 +163,9 @@ pub async fn send_unknown_id_is_not_found<B: TestBackend>(db: &B) -> anyhow::Res
     Ok(())
 }
 
-/// A task whose kind has no handler stays pending with a clear `last_error`,
+/// A task whose kind has no handler stays unfinished with a clear `last_error`,
 /// even past its attempt limit.
-pub async fn send_without_handler_stays_pending<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+pub async fn send_without_handler_stays_unfinished<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let (mock, handle) = handler::recording();
     let worker = worker(db, registry(mock)?, config("w"))?;
     let id = enqueue_one(db, Task::new("invoice.paid", 3, "{}").max_attempts(1)).await?;
@@ -177,7 +177,7 @@ pub async fn send_without_handler_stays_pending<B: TestBackend>(db: &B) -> anyho
         );
     }
     let record = get(db, id).await?;
-    assert_eq!(record.status, Status::Pending);
+    assert_eq!(record.status, Status::Available);
     assert!(
         record
             .last_error

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use super::{
     Plan,
     counting::Counting,
-    raw::Raw,
+    raw::{Prepare, Raw},
     stats::{Figure, median},
 };
 
@@ -75,13 +75,13 @@ async fn relays<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<f64> {
 }
 
 /// Tasks/s of the hand-written loop on two connections.
-async fn raw<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<f64> {
+async fn raw<B: Raw>(db: &B, tasks: u64, prepare: Prepare) -> anyhow::Result<f64> {
     let started = Instant::now();
     let loops = (0..WORKERS).map(|_| async {
         let mut conn = db.connect().await?;
         let (mut handled, mut after) = (0, 0);
         loop {
-            let ids = B::drain_batch(&mut conn, BATCH as i64, after).await?;
+            let ids = B::drain_batch(&mut conn, BATCH as i64, after, prepare).await?;
             let Some(&last) = ids.last() else {
                 return anyhow::Ok(handled);
             };
@@ -110,16 +110,19 @@ async fn fresh<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<()> {
 pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<Figure>> {
     let tasks = plan.backlog;
     let (mut by_rounds, mut by_relays, mut by_raw) = (Vec::new(), Vec::new(), Vec::new());
+    let mut by_raw_each_call = Vec::new();
     for _ in 0..plan.runs {
         fresh(db, tasks).await?;
         by_rounds.push(rounds(db, tasks).await?);
         fresh(db, tasks).await?;
-        by_raw.push(raw(db, tasks).await?);
+        by_raw.push(raw(db, tasks, Prepare::Once).await?);
+        fresh(db, tasks).await?;
+        by_raw_each_call.push(raw(db, tasks, Prepare::EachCall).await?);
         fresh(db, tasks).await?;
         by_relays.push(relays(db, tasks).await?);
     }
     let raw = median(&by_raw);
-    let figure = |scenario: String, library: f64| Figure {
+    let figure = |scenario: String, library: f64, target: f64| Figure {
         backend: B::NAME,
         scenario,
         unit: "tasks/s",
@@ -128,17 +131,32 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
         ratio: library / raw,
         higher_is_better: true,
         runs: plan.runs,
-        target: Some(0.7),
-        baseline_name: "raw claim + complete loop",
+        target: Some(target),
+        baseline_name: "raw claim + complete loop, prepared once",
     };
+    let each_call = median(&by_raw_each_call);
     Ok(vec![
         figure(
             format!("drain {tasks}: retry_pending(100) on 2 workers"),
             median(&by_rounds),
+            0.85,
         ),
         figure(
             format!("drain {tasks}: 2 relays, batch 100"),
             median(&by_relays),
+            0.90,
         ),
+        Figure {
+            backend: B::NAME,
+            scenario: format!("drain {tasks}: the raw loop prepared on every call (sql_query)"),
+            unit: "tasks/s",
+            library: each_call,
+            baseline: raw,
+            ratio: each_call / raw,
+            higher_is_better: true,
+            runs: plan.runs,
+            target: None,
+            baseline_name: "raw claim + complete loop, prepared once",
+        },
     ])
 }

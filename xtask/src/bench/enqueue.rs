@@ -7,7 +7,7 @@ use outbox_core::{Store, Task};
 
 use super::{
     Plan,
-    raw::Raw,
+    raw::{Prepare, Raw},
     stats::{Figure, median},
 };
 
@@ -20,6 +20,8 @@ fn payload(order: i64) -> Vec<u8> {
 enum Variant {
     Library,
     Raw,
+    /// The hand-written INSERT prepared on every call (`sql_query`).
+    RawEachCall,
     LibraryMany,
     RawMany,
     OrderOnly,
@@ -45,15 +47,20 @@ async fn run<B: Raw>(
         *next_order += 1;
         let order = *next_order;
         conn.transaction::<_, anyhow::Error, _>(async |tx| {
-            B::insert_order(tx, order).await?;
+            let prepare = if matches!(variant, Variant::RawEachCall) {
+                Prepare::EachCall
+            } else {
+                Prepare::Once
+            };
+            B::insert_order(tx, order, prepare).await?;
             match variant {
                 Variant::Library => {
                     store
                         .enqueue(tx, Task::new("order.created", 1, payload(order)))
                         .await?;
                 }
-                Variant::Raw => {
-                    B::insert_task(tx, &payload(order)).await?;
+                Variant::Raw | Variant::RawEachCall => {
+                    B::insert_task(tx, &payload(order), prepare).await?;
                 }
                 Variant::LibraryMany => {
                     let tasks =
@@ -83,19 +90,27 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
         transactions: 50,
         ..plan.clone()
     };
-    for variant in [Variant::Library, Variant::Raw, Variant::OrderOnly] {
+    for variant in [
+        Variant::Library,
+        Variant::Raw,
+        Variant::RawEachCall,
+        Variant::OrderOnly,
+    ] {
         run(db, variant, &warm, &mut next_order).await?;
     }
     let (mut library, mut raw, mut bare) = (Vec::new(), Vec::new(), Vec::new());
+    let mut each_call = Vec::new();
     let (mut library_many, mut raw_many) = (Vec::new(), Vec::new());
     for _ in 0..plan.runs {
         library.push(run(db, Variant::Library, plan, &mut next_order).await?);
         raw.push(run(db, Variant::Raw, plan, &mut next_order).await?);
+        each_call.push(run(db, Variant::RawEachCall, plan, &mut next_order).await?);
         bare.push(run(db, Variant::OrderOnly, plan, &mut next_order).await?);
         library_many.push(run(db, Variant::LibraryMany, plan, &mut next_order).await?);
         raw_many.push(run(db, Variant::RawMany, plan, &mut next_order).await?);
     }
     let (library, raw, bare) = (median(&library), median(&raw), median(&bare));
+    let each_call = median(&each_call);
     let (library_many, raw_many) = (median(&library_many), median(&raw_many));
     Ok(vec![
         Figure {
@@ -108,8 +123,20 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
             ratio: raw / library,
             higher_is_better: false,
             runs: plan.runs,
-            target: Some(1.10),
-            baseline_name: "hand-written INSERT",
+            target: Some(1.05),
+            baseline_name: "hand-written INSERT, prepared once",
+        },
+        Figure {
+            backend: B::NAME,
+            scenario: "order + enqueue vs statements prepared on every call (sql_query)".into(),
+            unit: "commits/s",
+            library,
+            baseline: each_call,
+            ratio: each_call / library,
+            higher_is_better: false,
+            runs: plan.runs,
+            target: None,
+            baseline_name: "hand-written INSERT, sql_query",
         },
         Figure {
             backend: B::NAME,

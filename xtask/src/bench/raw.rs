@@ -2,11 +2,36 @@
 //!
 //! The baselines are what a careful user would write without the library:
 //! the same INSERT into `outbox_tasks` (getting the id back, to send after
-//! commit), and a claim-and-complete loop of two statements per batch.
+//! commit), and a claim-and-complete loop of two statements per batch, each
+//! statement prepared once per connection ([`Prepare::Once`]). The same
+//! statements prepared on every call ([`Prepare::EachCall`], what diesel's
+//! `sql_query` does) are measured too, so the cost of that shows.
 
 use std::future::Future;
 
 use outbox_testkit::TestBackend;
+
+/// How a hand-written statement is prepared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Prepare {
+    /// Once per connection, then executed from the statement cache.
+    Once,
+    /// On every call, as diesel's `sql_query` does.
+    EachCall,
+}
+
+impl Prepare {
+    /// The statement `sql`, prepared this way.
+    pub(crate) fn sql<'f, DB: diesel::backend::Backend>(
+        self,
+        sql: &'f str,
+    ) -> outbox_diesel::CachedQuery<'f, DB> {
+        match self {
+            Prepare::Once => outbox_diesel::cached(sql),
+            Prepare::EachCall => outbox_diesel::uncached(sql),
+        }
+    }
+}
 
 /// Raw statements of one backend, over its test database.
 pub(crate) trait Raw: TestBackend {
@@ -35,12 +60,14 @@ pub(crate) trait Raw: TestBackend {
     fn insert_order(
         conn: &mut Self::Conn,
         id: i64,
+        prepare: Prepare,
     ) -> impl Future<Output = anyhow::Result<()>> + Send;
 
     /// Inserts one outbox row by hand and reads its id back.
     fn insert_task(
         conn: &mut Self::Conn,
         payload: &[u8],
+        prepare: Prepare,
     ) -> impl Future<Output = anyhow::Result<i64>> + Send;
 
     /// Inserts `payloads.len()` outbox rows in one statement.
@@ -57,6 +84,7 @@ pub(crate) trait Raw: TestBackend {
         conn: &mut Self::Conn,
         limit: i64,
         after: i64,
+        prepare: Prepare,
     ) -> impl Future<Output = anyhow::Result<Vec<i64>>> + Send;
 
     /// Inserts `n` pending tasks of `kind` in bulk.
@@ -81,12 +109,13 @@ pub(crate) trait Raw: TestBackend {
 mod postgres {
     use diesel::{
         QueryableByName,
+        pg::Pg,
         sql_types::{Array, BigInt, Bytea, Text},
     };
     use diesel_async::{AsyncPgConnection, RunQueryDsl};
     use outbox_testkit::{TestBackend, postgres::PgTestDb};
 
-    use super::Raw;
+    use super::{Prepare, Raw};
 
     #[derive(QueryableByName)]
     struct Id {
@@ -118,8 +147,13 @@ mod postgres {
             customer TEXT NOT NULL, total_cents BIGINT NOT NULL, \
             created_at TIMESTAMPTZ NOT NULL DEFAULT now())";
 
-        async fn insert_order(conn: &mut AsyncPgConnection, id: i64) -> anyhow::Result<()> {
-            diesel::sql_query("INSERT INTO orders (id, customer, total_cents) VALUES ($1, $2, $3)")
+        async fn insert_order(
+            conn: &mut AsyncPgConnection,
+            id: i64,
+            prepare: Prepare,
+        ) -> anyhow::Result<()> {
+            prepare
+                .sql::<Pg>("INSERT INTO orders (id, customer, total_cents) VALUES ($1, $2, $3)")
                 .bind::<BigInt, _>(id)
                 .bind::<Text, _>("customer-9")
                 .bind::<BigInt, _>(4200)
@@ -128,23 +162,28 @@ mod postgres {
             Ok(())
         }
 
-        async fn insert_task(conn: &mut AsyncPgConnection, payload: &[u8]) -> anyhow::Result<i64> {
-            Ok(diesel::sql_query(
-                "INSERT INTO outbox_tasks (kind, version, payload, headers) \
-                 VALUES ($1, 1, $2, '{}') RETURNING id",
-            )
-            .bind::<Text, _>("order.created")
-            .bind::<Bytea, _>(payload)
-            .get_result::<Id>(conn)
-            .await?
-            .id)
+        async fn insert_task(
+            conn: &mut AsyncPgConnection,
+            payload: &[u8],
+            prepare: Prepare,
+        ) -> anyhow::Result<i64> {
+            Ok(prepare
+                .sql::<Pg>(
+                    "INSERT INTO outbox_tasks (kind, version, payload, headers) \
+                     VALUES ($1, 1, $2, '{}') RETURNING id",
+                )
+                .bind::<Text, _>("order.created")
+                .bind::<Bytea, _>(payload)
+                .get_result::<Id>(conn)
+                .await?
+                .id)
         }
 
         async fn insert_tasks(
             conn: &mut AsyncPgConnection,
             payloads: &[Vec<u8>],
         ) -> anyhow::Result<()> {
-            diesel::sql_query(
+            outbox_diesel::cached::<Pg>(
                 "INSERT INTO outbox_tasks (kind, version, payload, headers) \
                  SELECT 'order.created', 1, p, '{}' FROM unnest($1::bytea[]) AS p",
             )
@@ -158,33 +197,35 @@ mod postgres {
             conn: &mut AsyncPgConnection,
             limit: i64,
             after: i64,
+            prepare: Prepare,
         ) -> anyhow::Result<Vec<i64>> {
-            let claimed: Vec<Id> = diesel::sql_query(
-                "UPDATE outbox_tasks SET lease_owner = 'raw', attempts = attempts + 1, \
-                     lease_expires_at = now() + interval '30 seconds' \
+            let claimed: Vec<Id> = prepare
+                .sql::<Pg>(
+                    "UPDATE outbox_tasks SET status = 'running', lease_owner = 'raw', \
+                     attempts = attempts + 1, lease_expires_at = now() + interval '30 seconds' \
                  WHERE id IN (SELECT id FROM outbox_tasks \
-                     WHERE status = 'pending' AND id > $2 AND next_attempt_at <= now() \
-                       AND (lease_expires_at IS NULL OR lease_expires_at <= now()) \
+                     WHERE status = 'available' AND id > $2 \
                      ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) \
                  RETURNING id, kind, version, payload",
-            )
-            .bind::<BigInt, _>(limit)
-            .bind::<BigInt, _>(after)
-            .load(conn)
-            .await?;
+                )
+                .bind::<BigInt, _>(limit)
+                .bind::<BigInt, _>(after)
+                .load(conn)
+                .await?;
             if claimed.is_empty() {
                 return Ok(Vec::new());
             }
             let mut ids: Vec<i64> = claimed.iter().map(|row| row.id).collect();
             ids.sort_unstable();
-            diesel::sql_query(
-                "UPDATE outbox_tasks SET status = 'succeeded', finished_at = now(), \
+            prepare
+                .sql::<Pg>(
+                    "UPDATE outbox_tasks SET status = 'succeeded', finished_at = now(), \
                      updated_at = now(), lease_owner = NULL, lease_expires_at = NULL \
                  WHERE id = ANY($1)",
-            )
-            .bind::<Array<BigInt>, _>(&ids)
-            .execute(conn)
-            .await?;
+                )
+                .bind::<Array<BigInt>, _>(&ids)
+                .execute(conn)
+                .await?;
             Ok(ids)
         }
 
@@ -208,7 +249,8 @@ mod postgres {
         }
 
         async fn reset(&self) -> anyhow::Result<()> {
-            self.execute_sql("TRUNCATE outbox_tasks, orders").await?;
+            self.execute_sql("TRUNCATE outbox_tasks, outbox_ordering_keys, orders")
+                .await?;
             self.analyze().await
         }
 
@@ -232,7 +274,7 @@ mod mysql {
     use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
     use outbox_testkit::{TestBackend, mysql::MysqlTestDb};
 
-    use super::Raw;
+    use super::{Prepare, Raw};
 
     #[derive(QueryableByName)]
     struct Id {
@@ -284,28 +326,37 @@ mod mysql {
             customer VARCHAR(64) NOT NULL, total_cents BIGINT NOT NULL, \
             created_at DATETIME(6) NOT NULL)";
 
-        async fn insert_order(conn: &mut AsyncMysqlConnection, id: i64) -> anyhow::Result<()> {
-            diesel::sql_query(
-                "INSERT INTO orders (id, customer, total_cents, created_at) \
-                 VALUES (?, ?, ?, UTC_TIMESTAMP(6))",
-            )
-            .bind::<BigInt, _>(id)
-            .bind::<Text, _>("customer-9")
-            .bind::<BigInt, _>(4200)
-            .execute(conn)
-            .await?;
+        async fn insert_order(
+            conn: &mut AsyncMysqlConnection,
+            id: i64,
+            prepare: Prepare,
+        ) -> anyhow::Result<()> {
+            prepare
+                .sql::<Mysql>(
+                    "INSERT INTO orders (id, customer, total_cents, created_at) \
+                     VALUES (?, ?, ?, UTC_TIMESTAMP(6))",
+                )
+                .bind::<BigInt, _>(id)
+                .bind::<Text, _>("customer-9")
+                .bind::<BigInt, _>(4200)
+                .execute(conn)
+                .await?;
             Ok(())
         }
 
         async fn insert_task(
             conn: &mut AsyncMysqlConnection,
             payload: &[u8],
+            prepare: Prepare,
         ) -> anyhow::Result<i64> {
-            diesel::sql_query(format!("{INSERT}{ROW}"))
+            let insert = format!("{INSERT}{ROW}");
+            prepare
+                .sql::<Mysql>(&insert)
                 .bind::<Blob, _>(payload)
                 .execute(conn)
                 .await?;
-            Ok(diesel::sql_query("SELECT LAST_INSERT_ID() AS id")
+            Ok(prepare
+                .sql::<Mysql>("SELECT LAST_INSERT_ID() AS id")
                 .get_result::<Id>(conn)
                 .await?
                 .id)
@@ -331,26 +382,27 @@ mod mysql {
             conn: &mut AsyncMysqlConnection,
             limit: i64,
             after: i64,
+            prepare: Prepare,
         ) -> anyhow::Result<Vec<i64>> {
             conn.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
                 .await?;
             let ids = conn
                 .transaction::<_, anyhow::Error, _>(async |tx| {
-                    let claimed: Vec<Id> = diesel::sql_query(
-                        "SELECT id, kind, version, payload FROM outbox_tasks \
-                         WHERE status = 'pending' AND id > ? \
-                           AND next_attempt_at <= UTC_TIMESTAMP(6) \
-                           AND (lease_expires_at IS NULL OR lease_expires_at <= UTC_TIMESTAMP(6)) \
+                    let claimed: Vec<Id> = prepare
+                        .sql::<Mysql>(
+                            "SELECT id, kind, version, payload FROM outbox_tasks \
+                         WHERE status = 'available' AND id > ? \
                          ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
-                    )
-                    .bind::<BigInt, _>(after)
-                    .bind::<BigInt, _>(limit)
-                    .load(tx)
-                    .await?;
+                        )
+                        .bind::<BigInt, _>(after)
+                        .bind::<BigInt, _>(limit)
+                        .load(tx)
+                        .await?;
                     let ids: Vec<i64> = claimed.iter().map(|row| row.id).collect();
                     if !ids.is_empty() {
                         tx.batch_execute(&format!(
-                            "UPDATE outbox_tasks SET lease_owner = 'raw', attempts = attempts + 1, \
+                            "UPDATE outbox_tasks SET status = 'running', lease_owner = 'raw', \
+                             attempts = attempts + 1, \
                              lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND \
                              WHERE id IN ({})",
                             list(&ids)
@@ -398,6 +450,8 @@ mod mysql {
 
         async fn reset(&self) -> anyhow::Result<()> {
             self.execute_sql("TRUNCATE TABLE outbox_tasks").await?;
+            self.execute_sql("TRUNCATE TABLE outbox_ordering_keys")
+                .await?;
             self.execute_sql("TRUNCATE TABLE orders").await?;
             self.analyze().await
         }

@@ -81,6 +81,14 @@ impl<S: Store> Store for Probe<S> {
     async fn get(&self, id: TaskId) -> Result<Record> {
         self.inner.get(id).await
     }
+
+    async fn promote(&self, limit: u32) -> Result<u64> {
+        self.inner.promote(limit).await
+    }
+
+    async fn rescue(&self, limit: u32) -> Result<u64> {
+        self.inner.rescue(limit).await
+    }
 }
 
 impl<S: Maintenance> Maintenance for Probe<S> {
@@ -90,6 +98,10 @@ impl<S: Maintenance> Maintenance for Probe<S> {
 
     async fn requeue_failed(&self, id: TaskId) -> Result<bool> {
         self.inner.requeue_failed(id).await
+    }
+
+    async fn discard_task(&self, id: TaskId) -> Result<bool> {
+        self.inner.discard_task(id).await
     }
 
     async fn purge_batch(&self, older_than: Duration, limit: u32) -> Result<u64> {

@@ -21,7 +21,7 @@ use outbox_core::{CancellationToken, Maintenance, Relay, Store, Task};
 
 pub(crate) use child::{Args as ChildArgs, run as run_child};
 
-use crate::bench::raw::Raw;
+use crate::bench::raw::{Prepare, Raw};
 
 /// Which backend the demo runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -166,7 +166,7 @@ async fn demo<B: Raw>(args: &Args) -> anyhow::Result<()> {
             let store = db.store();
             let id = conn
                 .transaction::<_, anyhow::Error, _>(async |tx| {
-                    B::insert_order(tx, order).await?;
+                    B::insert_order(tx, order, Prepare::Once).await?;
                     let payload = serde_json::json!({ "order": order, "customer": "customer-9" });
                     Ok(store
                         .enqueue(tx, Task::json(effect::ORDER_CREATED, 1, &payload)?)
@@ -205,7 +205,7 @@ async fn demo<B: Raw>(args: &Args) -> anyhow::Result<()> {
     loop {
         let stats = db.store().stats().await?;
         delivered.set_position(stats.succeeded);
-        if stats.pending == 0 {
+        if stats.backlog() == 0 {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;

@@ -7,7 +7,7 @@ use diesel_async::AsyncConnection;
 use outbox_core::{Store, Task, TaskId, Worker};
 use outbox_testkit::url;
 
-use crate::bench::raw::Raw;
+use crate::bench::raw::{Prepare, Raw};
 
 /// The kind every scenario enqueues.
 pub(crate) const KIND: &str = "order.created";
@@ -83,7 +83,7 @@ pub(crate) async fn enqueue_order<B: ChaosDb>(
 ) -> anyhow::Result<TaskId> {
     let task = task(order, hang)?;
     conn.transaction::<_, anyhow::Error, _>(async |tx| {
-        B::insert_order(tx, order).await?;
+        B::insert_order(tx, order, Prepare::Once).await?;
         Ok(store.enqueue(tx, task).await?)
     })
     .await

@@ -6,7 +6,7 @@ use outbox_postgres::PgStore;
 use outbox_testkit::{TestBackend, postgres::PgTestDb};
 
 use super::{ChaosDb, OrderId, task};
-use crate::bench::raw::Raw;
+use crate::bench::raw::{Prepare, Raw};
 
 impl ChaosDb for PgTestDb {
     type Server = crate::chaos::servers::postgres::PgServer;
@@ -18,7 +18,7 @@ impl ChaosDb for PgTestDb {
     ) -> anyhow::Result<TaskId> {
         let task = task(order, false)?;
         outbox_postgres::transaction(worker, conn, async |mut tx| {
-            Self::insert_order(tx.conn(), order).await?;
+            Self::insert_order(tx.conn(), order, Prepare::Once).await?;
             Ok::<_, anyhow::Error>(tx.enqueue(task).await?)
         })
         .await
@@ -37,7 +37,7 @@ impl ChaosDb for PgTestDb {
         let mut conn = store.pool().get().await?;
         conn.transaction::<_, anyhow::Error, _>(async |tx| {
             for order in orders {
-                Self::insert_order(tx, *order).await?;
+                Self::insert_order(tx, *order, Prepare::Once).await?;
             }
             Ok(store.enqueue_many(tx, tasks).await?)
         })

@@ -1,0 +1,73 @@
+//! The relay's maintenance task: scheduled tasks and lapsed leases reach a
+//! handler without waiting for the poll.
+
+use std::time::{Duration, Instant};
+
+use chrono::{TimeDelta, Utc};
+use outbox_core::{LeaseRequest, RelayConfig, Status, Store};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    relay::spawn_relay,
+    support::{config, enqueue_committed, get, registry, task, worker},
+};
+use crate::{TestBackend, handler};
+
+/// A task scheduled 700 ms ahead is delivered soon after it is due though
+/// the relay polls every 10 s: its maintenance task sleeps until the next
+/// due time, promotes the task and wakes the claim loop. (A task scheduled
+/// while a relay sleeps is seen at its next poll, or at once with a store's
+/// wake-ups.)
+pub async fn relay_delivers_a_scheduled_task_when_due<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    let due = Utc::now() + TimeDelta::milliseconds(700);
+    let id = enqueue_committed(db, vec![task(1).not_before(due)]).await?[0];
+    let (mock, handle) = handler::recording();
+    let worker = worker(db, registry(mock)?, config("relay"))?;
+    let shutdown = CancellationToken::new();
+    let started = Instant::now();
+    let relay = spawn_relay(
+        worker,
+        RelayConfig::default().poll_interval(Duration::from_secs(10)),
+        &shutdown,
+    )?;
+    handle.wait_for_successes(1).await;
+    let took = started.elapsed();
+    shutdown.cancel();
+    let report = relay.await?;
+    assert!(Utc::now() >= due, "delivered before it was due");
+    assert!(
+        took < Duration::from_secs(5),
+        "waited for the poll: {took:?}"
+    );
+    assert_eq!(report.promoted, 1, "{report:?}");
+    assert_eq!(get(db, id).await?.status, Status::Succeeded);
+    Ok(())
+}
+
+/// A task whose worker vanished mid-attempt (its lease lapses unwritten) is
+/// rescued by a relay's maintenance task and delivered.
+pub async fn relay_rescues_a_lapsed_lease<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let id = enqueue_committed(db, vec![task(1)]).await?[0];
+    let lease = LeaseRequest {
+        owner: "vanished".into(),
+        duration: Duration::from_millis(300),
+    };
+    db.store().claim(id, &lease).await?;
+    let (mock, handle) = handler::recording();
+    let worker = worker(db, registry(mock)?, config("relay"))?;
+    let shutdown = CancellationToken::new();
+    let relay = spawn_relay(
+        worker,
+        RelayConfig::default().poll_interval(Duration::from_millis(100)),
+        &shutdown,
+    )?;
+    handle.wait_for_successes(1).await;
+    shutdown.cancel();
+    let report = relay.await?;
+    assert_eq!(report.rescued, 1, "{report:?}");
+    let record = get(db, id).await?;
+    assert_eq!((record.status, record.attempts), (Status::Succeeded, 2));
+    Ok(())
+}
