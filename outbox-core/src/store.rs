@@ -109,9 +109,10 @@ pub trait Store: Clone + Send + Sync + 'static {
     fn get(&self, id: TaskId) -> impl Future<Output = Result<Record>> + Send;
     /// Makes up to `limit` waiting tasks whose time has come available
     /// ([`transition::promote`](crate::transition::promote)), oldest due
-    /// first; returns how many. One short statement that reads only the rows
-    /// it moves. Rows another transaction holds are skipped where the
-    /// database can (`SKIP LOCKED` on PostgreSQL) and waited for otherwise.
+    /// first; returns how many. Reads only the rows it moves, and never waits
+    /// on a row another transaction is changing: such a row is skipped
+    /// (`SKIP LOCKED`), or found by a plain read and then updated by primary
+    /// key with the rule checked again (MySQL/MariaDB).
     fn promote(&self, limit: u32) -> impl Future<Output = Result<u64>> + Send;
     /// Rescues up to `limit` running tasks whose lease lapsed
     /// ([`transition::rescue`](crate::transition::rescue)); returns how

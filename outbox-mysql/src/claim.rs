@@ -128,7 +128,8 @@ async fn set_leases(
     }
     let until = timestamp::to_column("lease_duration", transition::after(now, lease.duration))?;
     diesel::sql_query(format!(
-        "UPDATE outbox_tasks SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
+        "UPDATE outbox_tasks FORCE INDEX (PRIMARY) \
+         SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
          lease_expires_at = ?, updated_at = ? WHERE id IN ({})",
         id_list(ids)
     ))
@@ -146,7 +147,8 @@ async fn expire(conn: &mut AsyncMysqlConnection, ids: &[TaskId], now: DateTime<U
         return Ok(());
     }
     diesel::sql_query(format!(
-        "UPDATE outbox_tasks SET status = 'failed', finished_at = ?, updated_at = ?, \
+        "UPDATE outbox_tasks FORCE INDEX (PRIMARY) \
+         SET status = 'failed', finished_at = ?, updated_at = ?, \
          last_error = ?, lease_owner = NULL, lease_expires_at = NULL WHERE id IN ({})",
         id_list(ids)
     ))
@@ -176,7 +178,8 @@ async fn decode_or_fail(
     };
     let reason = limits::storable_error(&format!("stored row is unreadable: {}", error.chain()));
     let failed = diesel::sql_query(
-        "UPDATE outbox_tasks SET status = 'failed', finished_at = ?, updated_at = ?, \
+        "UPDATE outbox_tasks FORCE INDEX (PRIMARY) \
+         SET status = 'failed', finished_at = ?, updated_at = ?, \
          last_error = ?, lease_owner = NULL, lease_expires_at = NULL \
          WHERE id = ? AND status IN ('available', 'waiting', 'running') \
            AND next_attempt_at <= ? \

@@ -25,8 +25,10 @@ use crate::{
 ///
 /// One `UPDATE` per [`MAX_PER_STATEMENT`] results, whose `WHERE` applies a
 /// result only while `id`, `lease_owner` and `attempts` still match its claim
-/// ([`outbox_core::transition::complete`] in SQL); `id IN (...)` keeps it on
-/// the primary key. Each value is picked by a searched `CASE` arm matching
+/// ([`outbox_core::transition::complete`] in SQL); `id IN (...)` with the
+/// primary key forced keeps it there: left to itself, the optimizer may walk
+/// the `(status, ...)` index's range of running rows instead, locking other
+/// workers' rows on the way, and two concurrent writes then deadlock. Each value is picked by a searched `CASE` arm matching
 /// `(id, attempts)`: `attempts` grows with every claim, so it tells the
 /// claims of one task apart, and a batch holding a stale and a current result
 /// for the same task applies the current one, whichever comes first. The `SET`
@@ -86,7 +88,7 @@ async fn current_fences(
     let mut current = HashSet::new();
     for chunk in completions.chunks(MAX_PER_STATEMENT) {
         let sql = format!(
-            "SELECT id, attempts FROM outbox_tasks \
+            "SELECT id, attempts FROM outbox_tasks FORCE INDEX (PRIMARY) \
              WHERE id IN ({ids}) AND status = 'running' \
                AND (id, attempts, lease_owner) IN ({fences}) FOR UPDATE",
             ids = placeholders("?", chunk.len()),
@@ -133,7 +135,7 @@ async fn write_chunk(conn: &mut AsyncMysqlConnection, completions: &[Completion]
     let released: Vec<&Completion> = completions.iter().filter(|c| c.released).collect();
     let arms = |n: usize| "WHEN id = ? AND attempts = ? THEN ? ".repeat(n);
     let sql = format!(
-        "UPDATE outbox_tasks SET \
+        "UPDATE outbox_tasks FORCE INDEX (PRIMARY) SET \
            status = CASE {status} END, \
            next_attempt_at = {retry}, \
            last_error = {error}, \
@@ -215,7 +217,7 @@ async fn succeed(
     completions: &[Completion],
 ) -> Result<u64> {
     let sql = format!(
-        "UPDATE outbox_tasks SET status = 'succeeded', last_error = '', \
+        "UPDATE outbox_tasks FORCE INDEX (PRIMARY) SET status = 'succeeded', last_error = '', \
            finished_at = UTC_TIMESTAMP(6), lease_owner = NULL, lease_expires_at = NULL, \
            updated_at = UTC_TIMESTAMP(6) \
          WHERE id IN ({ids}) AND status = 'running' AND lease_owner = ? \

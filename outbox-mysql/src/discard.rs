@@ -74,7 +74,8 @@ pub(crate) async fn one(
             return Ok(false);
         };
         diesel::sql_query(
-            "UPDATE outbox_tasks SET status = 'discarded', finished_at = UTC_TIMESTAMP(6), \
+            "UPDATE outbox_tasks FORCE INDEX (PRIMARY) \
+             SET status = 'discarded', finished_at = UTC_TIMESTAMP(6), \
              updated_at = UTC_TIMESTAMP(6), lease_owner = NULL, lease_expires_at = NULL \
              WHERE id = ?",
         )

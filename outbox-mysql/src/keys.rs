@@ -196,7 +196,7 @@ async fn unblock(conn: &mut AsyncMysqlConnection, keys: &[&str]) -> Result<()> {
     }
     let ids: Vec<String> = next.iter().map(|n| n.id.to_string()).collect();
     diesel::sql_query(format!(
-        "UPDATE outbox_tasks \
+        "UPDATE outbox_tasks FORCE INDEX (PRIMARY) \
          SET status = IF(next_attempt_at <= UTC_TIMESTAMP(6), 'available', 'waiting'), \
              updated_at = UTC_TIMESTAMP(6) \
          WHERE id IN ({}) AND status = 'blocked'",
