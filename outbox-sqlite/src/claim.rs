@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use diesel::{
     OptionalExtension,
     sql_types::{BigInt, Text},
+    sqlite::Sqlite,
 };
 use diesel_async::RunQueryDsl;
 use outbox_core::{
@@ -19,7 +20,7 @@ use outbox_core::{
     limits,
     transition::{self, Availability, EXPIRED_ERROR, Fence},
 };
-use outbox_diesel::sqlite_error;
+use outbox_diesel::{cached, sqlite_error};
 
 use crate::{
     AsyncSqliteConnection, complete,
@@ -36,7 +37,7 @@ pub(crate) async fn one(
 ) -> Result<ClaimOutcome> {
     write(conn, async |conn| {
         let now = timestamp::now();
-        let row: Option<TaskRow> = diesel::sql_query("SELECT * FROM outbox_tasks WHERE id = ?")
+        let row: Option<TaskRow> = cached::<Sqlite>("SELECT * FROM outbox_tasks WHERE id = $1")
             .bind::<BigInt, _>(id.get())
             .get_result(conn)
             .await
@@ -90,9 +91,9 @@ async fn set_lease(
     lease: &LeaseRequest,
     now: DateTime<Utc>,
 ) -> Result<()> {
-    diesel::sql_query(
-        "UPDATE outbox_tasks SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
-         lease_expires_at = ?, updated_at = ? WHERE id = ?",
+    cached::<Sqlite>(
+        "UPDATE outbox_tasks SET status = 'running', attempts = attempts + 1, lease_owner = $1, \
+         lease_expires_at = $2, updated_at = $3 WHERE id = $4",
     )
     .bind::<Text, _>(&lease.owner)
     .bind::<BigInt, _>(to_column(
@@ -109,9 +110,9 @@ async fn set_lease(
 
 /// [`transition::expire`] in SQL; the task keeps holding its ordering key.
 async fn expire(conn: &mut AsyncSqliteConnection, id: TaskId, now: DateTime<Utc>) -> Result<()> {
-    diesel::sql_query(
-        "UPDATE outbox_tasks SET status = 'failed', finished_at = ?1, updated_at = ?1, \
-         last_error = ?2, lease_owner = NULL, lease_expires_at = NULL WHERE id = ?3",
+    cached::<Sqlite>(
+        "UPDATE outbox_tasks SET status = 'failed', finished_at = $1, updated_at = $1, \
+         last_error = $2, lease_owner = NULL, lease_expires_at = NULL WHERE id = $3",
     )
     .bind::<BigInt, _>(to_micros(now))
     .bind::<Text, _>(EXPIRED_ERROR)
@@ -137,12 +138,12 @@ async fn decode_or_fail(
         Err(error) => error,
     };
     let reason = limits::storable_error(&format!("stored row is unreadable: {}", error.chain()));
-    let failed = diesel::sql_query(
-        "UPDATE outbox_tasks SET status = 'failed', finished_at = ?1, updated_at = ?1, \
-         last_error = ?2, lease_owner = NULL, lease_expires_at = NULL \
-         WHERE id = ?3 AND status IN ('available', 'waiting', 'running') \
-           AND next_attempt_at <= ?1 \
-           AND (lease_expires_at IS NULL OR lease_expires_at <= ?1)",
+    let failed = cached::<Sqlite>(
+        "UPDATE outbox_tasks SET status = 'failed', finished_at = $1, updated_at = $1, \
+         last_error = $2, lease_owner = NULL, lease_expires_at = NULL \
+         WHERE id = $3 AND status IN ('available', 'waiting', 'running') \
+           AND next_attempt_at <= $1 \
+           AND (lease_expires_at IS NULL OR lease_expires_at <= $1)",
     )
     .bind::<BigInt, _>(to_micros(now))
     .bind::<Text, _>(reason)
@@ -158,22 +159,22 @@ async fn decode_or_fail(
 }
 
 /// Available rows only, in id order, through the claim index; expired ones
-/// met on the way are failed. `?1` now, `?2` the cursor, `?3` due by, `?4`
-/// the limit, `?5` the owner, `?6` the lease's end, `?7` the expiry error.
-const CLAIM_DUE_SQL: &str = "\
+/// met on the way are failed. `$1` now, `$2` the cursor, `$3` due by, `$4`
+/// the limit, `$5` the owner, `$6` the lease's end, `$7` the expiry error.
+pub(crate) const CLAIM_DUE_SQL: &str = "\
 UPDATE outbox_tasks SET
-    status = CASE WHEN expires_at <= ?1 THEN 'failed' ELSE 'running' END,
-    finished_at = CASE WHEN expires_at <= ?1 THEN ?1 END,
-    last_error = CASE WHEN expires_at <= ?1 THEN ?7 ELSE last_error END,
-    attempts = CASE WHEN expires_at <= ?1 THEN attempts ELSE attempts + 1 END,
-    lease_owner = CASE WHEN expires_at <= ?1 THEN NULL ELSE ?5 END,
-    lease_expires_at = CASE WHEN expires_at <= ?1 THEN NULL ELSE ?6 END,
-    updated_at = ?1
+    status = CASE WHEN expires_at <= $1 THEN 'failed' ELSE 'running' END,
+    finished_at = CASE WHEN expires_at <= $1 THEN $1 END,
+    last_error = CASE WHEN expires_at <= $1 THEN $7 ELSE last_error END,
+    attempts = CASE WHEN expires_at <= $1 THEN attempts ELSE attempts + 1 END,
+    lease_owner = CASE WHEN expires_at <= $1 THEN NULL ELSE $5 END,
+    lease_expires_at = CASE WHEN expires_at <= $1 THEN NULL ELSE $6 END,
+    updated_at = $1
 WHERE id IN (
     SELECT id FROM outbox_tasks INDEXED BY outbox_tasks_claim_idx
-    WHERE status = 'available' AND id > ?2 AND next_attempt_at <= ?3
+    WHERE status = 'available' AND id > $2 AND next_attempt_at <= $3
     ORDER BY id
-    LIMIT ?4)
+    LIMIT $4)
 RETURNING *";
 
 /// Claims up to `request.limit` available tasks after the cursor, in id order.
@@ -190,7 +191,7 @@ pub(crate) async fn due(
             "lease_duration",
             transition::after(now, request.lease.duration),
         )?;
-        let rows: Vec<TaskRow> = diesel::sql_query(CLAIM_DUE_SQL)
+        let rows: Vec<TaskRow> = cached::<Sqlite>(CLAIM_DUE_SQL)
             .bind::<BigInt, _>(to_micros(now))
             .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
             .bind::<BigInt, _>(to_micros(request.due_by.unwrap_or(now)))

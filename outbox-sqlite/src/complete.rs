@@ -90,6 +90,21 @@ WHERE outbox_tasks.id = c.id AND outbox_tasks.lease_owner = c.owner
   AND outbox_tasks.attempts = c.attempt AND outbox_tasks.status = 'running'
 RETURNING outbox_tasks.id, outbox_tasks.attempts";
 
+/// Values bound per result.
+const VALUES_PER_ROW: usize = 8;
+
+/// The text of [`UPDATE`] for `n` results: their values first, `?` each,
+/// then the time, numbered after them.
+pub(crate) fn update_sql(n: usize) -> String {
+    let now_param = format!("?{}", n * VALUES_PER_ROW + 1);
+    format!(
+        "WITH c (id, owner, attempt, status, next_attempt_at, last_error, released, \
+         finished_at) AS (VALUES {}) {}",
+        vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; n].join(", "),
+        UPDATE.replace("?NOW", &now_param)
+    )
+}
+
 /// The fenced update of one chunk; returns the `(id, attempts)` of the
 /// claims whose result applied.
 async fn update(
@@ -100,14 +115,7 @@ async fn update(
     if completions.is_empty() {
         return Ok(Vec::new());
     }
-    const VALUES_PER_ROW: usize = 8;
-    let now_param = format!("?{}", completions.len() * VALUES_PER_ROW + 1);
-    let sql = format!(
-        "WITH c (id, owner, attempt, status, next_attempt_at, last_error, released, \
-         finished_at) AS (VALUES {}) {}",
-        vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; completions.len()].join(", "),
-        UPDATE.replace("?NOW", &now_param)
-    );
+    let sql = update_sql(completions.len());
     let mut query = diesel::sql_query(sql).into_boxed::<Sqlite>();
     for c in completions {
         // A retry past the column's range is refused here, naming the

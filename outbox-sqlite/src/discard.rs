@@ -5,10 +5,11 @@
 use diesel::{
     OptionalExtension, QueryableByName,
     sql_types::{BigInt, Binary, Nullable, Text},
+    sqlite::Sqlite,
 };
 use diesel_async::RunQueryDsl;
 use outbox_core::{Result, TaskId};
-use outbox_diesel::sqlite_error;
+use outbox_diesel::{cached, sqlite_error};
 
 use crate::{
     AsyncSqliteConnection, keys,
@@ -33,8 +34,8 @@ struct Before {
 pub(crate) async fn one(conn: &mut AsyncSqliteConnection, id: TaskId) -> Result<bool> {
     write(conn, async |conn| {
         let now = timestamp::now();
-        let before: Option<Before> = diesel::sql_query(
-            "SELECT status, ordering_key FROM outbox_tasks WHERE id = ? \
+        let before: Option<Before> = cached::<Sqlite>(
+            "SELECT status, ordering_key FROM outbox_tasks WHERE id = $1 \
              AND status IN ('available', 'waiting', 'blocked', 'failed')",
         )
         .bind::<BigInt, _>(id.get())
@@ -45,9 +46,9 @@ pub(crate) async fn one(conn: &mut AsyncSqliteConnection, id: TaskId) -> Result<
         let Some(before) = before else {
             return Ok(false);
         };
-        diesel::sql_query(
-            "UPDATE outbox_tasks SET status = 'discarded', finished_at = ?1, updated_at = ?1, \
-             lease_owner = NULL, lease_expires_at = NULL WHERE id = ?2",
+        cached::<Sqlite>(
+            "UPDATE outbox_tasks SET status = 'discarded', finished_at = $1, updated_at = $1, \
+             lease_owner = NULL, lease_expires_at = NULL WHERE id = $2",
         )
         .bind::<BigInt, _>(to_micros(now))
         .bind::<BigInt, _>(id.get())

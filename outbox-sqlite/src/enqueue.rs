@@ -13,7 +13,7 @@ use diesel::{
 };
 use diesel_async::RunQueryDsl;
 use outbox_core::{Error, Result, Task, TaskId, transition};
-use outbox_diesel::{require_transaction, sqlite_error};
+use outbox_diesel::{cached, require_transaction, sqlite_error, uncached};
 
 use crate::{
     AsyncSqliteConnection, keys,
@@ -77,7 +77,13 @@ async fn insert(
         sql.push_str(" ON CONFLICT (dedup_key) DO NOTHING");
     }
     sql.push_str(" RETURNING id");
-    let mut query = diesel::sql_query(sql).into_boxed::<Sqlite>();
+    // One row takes one of two shapes, each prepared once per connection; a
+    // multi-row statement's text varies with its rows.
+    let mut query = if rows.len() == 1 {
+        cached::<Sqlite>(&sql)
+    } else {
+        uncached::<Sqlite>(&sql)
+    };
     for row in rows {
         let task = &row.task;
         // transition::enqueued, with "due" on the store's clock.
@@ -199,7 +205,7 @@ async fn many_rows(conn: &mut AsyncSqliteConnection, mut rows: Vec<Row>) -> Resu
 /// The id of the task holding `dedup_key`: it is committed, since this
 /// transaction holds the write lock and its own insert just met it.
 async fn held(conn: &mut AsyncSqliteConnection, dedup_key: &str) -> Result<TaskId> {
-    let held: Option<Id> = diesel::sql_query("SELECT id FROM outbox_tasks WHERE dedup_key = ?")
+    let held: Option<Id> = cached::<Sqlite>("SELECT id FROM outbox_tasks WHERE dedup_key = $1")
         .bind::<Text, _>(dedup_key)
         .get_result(conn)
         .await

@@ -21,7 +21,7 @@ use diesel::{
 };
 use diesel_async::RunQueryDsl;
 use outbox_core::Result;
-use outbox_diesel::sqlite_error;
+use outbox_diesel::{cached, sqlite_error, uncached};
 
 use crate::{AsyncSqliteConnection, timestamp::to_micros};
 
@@ -72,7 +72,12 @@ pub(crate) async fn open(
          RETURNING ordering_key, open_tasks",
         vec!["(?, ?)"; counts.len()].join(", ")
     );
-    let mut query = diesel::sql_query(sql).into_boxed::<Sqlite>();
+    // One key (the common case) is one shape, prepared once per connection.
+    let mut query = if counts.len() == 1 {
+        cached::<Sqlite>(&sql)
+    } else {
+        uncached::<Sqlite>(&sql)
+    };
     for (key, n) in counts {
         query = query.bind::<Text, _>(*key).bind::<BigInt, _>(*n);
     }
@@ -137,6 +142,21 @@ pub(crate) async fn close(
     unblock(conn, &next, now).await
 }
 
+/// The text of the unblock for `n` keys: `?` the time (twice), then the keys.
+/// MIN(id) per key reads one entry of the (status, ordering_key, id) index
+/// per key.
+pub(crate) fn unblock_sql(n: usize) -> String {
+    format!(
+        "UPDATE outbox_tasks \
+         SET status = CASE WHEN next_attempt_at <= ? THEN 'available' ELSE 'waiting' END, \
+             updated_at = ? \
+         WHERE status = 'blocked' AND id IN ( \
+             SELECT MIN(id) FROM outbox_tasks INDEXED BY outbox_tasks_ordering_idx \
+             WHERE status = 'blocked' AND ordering_key IN ({}) GROUP BY ordering_key)",
+        placeholders(n)
+    )
+}
+
 /// Lets the oldest blocked task of each of `keys` go: available when due at
 /// `now`, waiting otherwise.
 async fn unblock(
@@ -147,16 +167,7 @@ async fn unblock(
     if keys.is_empty() {
         return Ok(());
     }
-    // MIN(id) per key reads one entry of the (status, ordering_key, id) index per key.
-    let sql = format!(
-        "UPDATE outbox_tasks \
-         SET status = CASE WHEN next_attempt_at <= ? THEN 'available' ELSE 'waiting' END, \
-             updated_at = ? \
-         WHERE status = 'blocked' AND id IN ( \
-             SELECT MIN(id) FROM outbox_tasks INDEXED BY outbox_tasks_ordering_idx \
-             WHERE status = 'blocked' AND ordering_key IN ({}) GROUP BY ordering_key)",
-        placeholders(keys.len())
-    );
+    let sql = unblock_sql(keys.len());
     let query = diesel::sql_query(sql)
         .into_boxed::<Sqlite>()
         .bind::<BigInt, _>(to_micros(now))

@@ -85,6 +85,8 @@ mod maintenance;
 mod migrate;
 mod migration_lock;
 mod moves;
+#[cfg(test)]
+mod plans;
 mod query;
 mod row;
 pub mod schema;

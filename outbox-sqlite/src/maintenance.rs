@@ -8,10 +8,11 @@ use chrono::{DateTime, TimeDelta, Utc};
 use diesel::{
     OptionalExtension, QueryableByName,
     sql_types::{BigInt, Nullable, Text},
+    sqlite::Sqlite,
 };
 use diesel_async::RunQueryDsl;
 use outbox_core::{Maintenance, Result, Stats, Status, TaskId};
-use outbox_diesel::sqlite_error;
+use outbox_diesel::{cached, sqlite_error};
 
 use crate::{
     SqliteStore, discard,
@@ -37,33 +38,33 @@ struct Micros {
 /// `(status, id)` index, which SQLite reads at millions of entries a second,
 /// so even a long retained history costs a fraction of a second. It runs as
 /// a read, which in WAL mode never waits for writers nor holds them up.
-const COUNTS: &str = "\
+pub(crate) const COUNTS: &str = "\
 SELECT status, COUNT(*) AS n FROM outbox_tasks INDEXED BY outbox_tasks_claim_idx
 GROUP BY status";
 
 /// The available task first in claim order: when it became due.
-const OLDEST_DUE: &str = "\
+pub(crate) const OLDEST_DUE: &str = "\
 SELECT next_attempt_at AS us FROM outbox_tasks INDEXED BY outbox_tasks_claim_idx
 WHERE status = 'available' ORDER BY id LIMIT 1";
 
 /// [`transition::requeue`](outbox_core::transition::requeue) in SQL.
 const REQUEUE: &str = "\
 UPDATE outbox_tasks
-SET status = 'available', next_attempt_at = ?1, expires_at = NULL, finished_at = NULL,
-    updated_at = ?1
-WHERE id = ?2 AND status = 'failed'";
+SET status = 'available', next_attempt_at = $1, expires_at = NULL, finished_at = NULL,
+    updated_at = $1
+WHERE id = $2 AND status = 'failed'";
 
 /// Unfinished rows are never purged, nor a failed row that holds its key.
-/// `?1` the cut-off, `?2` the limit.
-const PURGE: &str = "\
+/// `$1` the cut-off, `$2` the limit.
+pub(crate) const PURGE: &str = "\
 DELETE FROM outbox_tasks WHERE id IN (
     SELECT id FROM outbox_tasks INDEXED BY outbox_tasks_finished_idx
-    WHERE finished_at IS NOT NULL AND finished_at < ?1
+    WHERE finished_at IS NOT NULL AND finished_at < $1
       AND NOT (status = 'failed' AND ordering_key IS NOT NULL)
     ORDER BY finished_at
-    LIMIT ?2)";
+    LIMIT $2)";
 
-const NEXT_DUE: &str = "\
+pub(crate) const NEXT_DUE: &str = "\
 SELECT MIN(next_attempt_at) AS us FROM outbox_tasks INDEXED BY outbox_tasks_due_idx
 WHERE status = 'waiting'";
 
@@ -79,11 +80,11 @@ fn between(from: DateTime<Utc>, to: DateTime<Utc>) -> Duration {
 impl Maintenance for SqliteStore {
     async fn stats(&self) -> Result<Stats> {
         let mut conn = self.conn().await?;
-        let counts: Vec<Count> = diesel::sql_query(COUNTS)
+        let counts: Vec<Count> = cached::<Sqlite>(COUNTS)
             .load(&mut *conn)
             .await
             .map_err(sqlite_error)?;
-        let oldest: Option<Micros> = diesel::sql_query(OLDEST_DUE)
+        let oldest: Option<Micros> = cached::<Sqlite>(OLDEST_DUE)
             .get_result(&mut *conn)
             .await
             .optional()
@@ -111,7 +112,7 @@ impl Maintenance for SqliteStore {
     async fn requeue_failed(&self, id: TaskId) -> Result<bool> {
         let (_turn, mut conn) = self.writer().await?;
         write(&mut conn, async |conn| {
-            let changed = diesel::sql_query(REQUEUE)
+            let changed = cached::<Sqlite>(REQUEUE)
                 .bind::<BigInt, _>(to_micros(timestamp::now()))
                 .bind::<BigInt, _>(id.get())
                 .execute(conn)
@@ -130,7 +131,7 @@ impl Maintenance for SqliteStore {
                 .ok()
                 .and_then(|age| now.checked_sub_signed(age))
                 .unwrap_or(DateTime::<Utc>::MIN_UTC);
-            let deleted = diesel::sql_query(PURGE)
+            let deleted = cached::<Sqlite>(PURGE)
                 .bind::<BigInt, _>(to_micros(cutoff))
                 .bind::<BigInt, _>(i64::from(limit))
                 .execute(conn)
@@ -142,7 +143,7 @@ impl Maintenance for SqliteStore {
     }
 
     async fn next_due(&self) -> Result<Option<Duration>> {
-        let next: Micros = diesel::sql_query(NEXT_DUE)
+        let next: Micros = cached::<Sqlite>(NEXT_DUE)
             .get_result(&mut *self.conn().await?)
             .await
             .map_err(sqlite_error)?;
