@@ -10,3 +10,7 @@ mod conformance {
     // lock, which `write_lock` below tests.
     outbox_testkit::conformance_tests!(outbox_testkit::sqlite::SqliteTestDb, without_row_locks);
 }
+mod migration_lock;
+mod processes;
+mod time_zone;
+mod write_lock;
