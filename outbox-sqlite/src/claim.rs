@@ -1,10 +1,11 @@
 //! Claims: one task by id for `send`, and batches of available tasks.
 //!
-//! SQLite has no `SKIP LOCKED` and needs none: each claim is one short
-//! `BEGIN IMMEDIATE` transaction, so it holds the database's write lock
-//! while it reads and writes, and claims of other relays (in this process or
-//! another) wait their turn under the busy timeout instead of taking the
-//! same rows. A batch claim reads only the available range of the
+//! SQLite has no `SKIP LOCKED` and needs none: it has one writer at a time.
+//! A batch claim is one `UPDATE ... RETURNING` statement, which holds the
+//! database's write lock from its first step to its commit; a claim by id
+//! reads, decides and writes in one `BEGIN IMMEDIATE` transaction. Claims of
+//! other relays (in this process or another) wait their turn under the busy
+//! timeout instead of taking the same rows. A batch claim reads only the available range of the
 //! `(status, id)` index, so its cost does not depend on how many tasks
 //! wait, run, are blocked behind their key, or are kept for retention.
 
@@ -179,45 +180,45 @@ RETURNING *";
 
 /// Claims up to `request.limit` available tasks after the cursor, in id order.
 /// Expired tasks met on the way come back already failed.
+///
+/// One statement, so no transaction around it: its time is read before it
+/// waits for the write lock, so a claim that waited gets a lease shorter by
+/// the wait (the worker times its lease from before the claim anyway).
 pub(crate) async fn due(
     conn: &mut AsyncSqliteConnection,
     request: &BatchRequest,
 ) -> Result<Vec<Record>> {
     let limit =
         i64::try_from(request.limit).map_err(|_| Error::invalid("batch_size", "too large"))?;
-    write(conn, async |conn| {
-        let now = timestamp::now();
-        let until = to_column(
-            "lease_duration",
-            transition::after(now, request.lease.duration),
-        )?;
-        let rows: Vec<TaskRow> = cached::<Sqlite>(CLAIM_DUE_SQL)
-            .bind::<BigInt, _>(to_micros(now))
-            .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
-            .bind::<BigInt, _>(to_micros(request.due_by.unwrap_or(now)))
-            .bind::<BigInt, _>(limit)
-            .bind::<Text, _>(&request.lease.owner)
-            .bind::<BigInt, _>(until)
-            .bind::<Text, _>(EXPIRED_ERROR)
-            .load(conn)
-            .await
-            .map_err(sqlite_error)?;
-        let mut records = decode_claimed(conn, rows, &request.lease.owner, now).await?;
-        records.sort_by_key(|record| record.id);
-        Ok(records)
-    })
-    .await
+    let now = timestamp::now();
+    let until = to_column(
+        "lease_duration",
+        transition::after(now, request.lease.duration),
+    )?;
+    let rows: Vec<TaskRow> = cached::<Sqlite>(CLAIM_DUE_SQL)
+        .bind::<BigInt, _>(to_micros(now))
+        .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
+        .bind::<BigInt, _>(to_micros(request.due_by.unwrap_or(now)))
+        .bind::<BigInt, _>(limit)
+        .bind::<Text, _>(&request.lease.owner)
+        .bind::<BigInt, _>(until)
+        .bind::<Text, _>(EXPIRED_ERROR)
+        .load(conn)
+        .await
+        .map_err(sqlite_error)?;
+    let mut records = decode_claimed(conn, rows, &request.lease.owner).await?;
+    records.sort_by_key(|record| record.id);
+    Ok(records)
 }
 
 /// Decodes claimed rows one by one. A row that cannot be decoded (written by
 /// another program or by hand) is failed under its fence with the reason in
-/// `last_error`, in the claim's transaction, so it never blocks the rest of
-/// the batch.
+/// `last_error`, so it never blocks the rest of the batch; if even that write
+/// fails, the row's lease lapses and a later claim tries again.
 async fn decode_claimed(
     conn: &mut AsyncSqliteConnection,
     rows: Vec<TaskRow>,
     owner: &str,
-    now: DateTime<Utc>,
 ) -> Result<Vec<Record>> {
     let mut records = Vec::with_capacity(rows.len());
     let mut unreadable = Vec::new();
@@ -237,6 +238,10 @@ async fn decode_claimed(
             }
         }
     }
-    complete::apply(conn, &unreadable, now).await?;
+    if !unreadable.is_empty()
+        && let Err(error) = complete::write(conn, &unreadable).await
+    {
+        tracing::warn!(error = %error.chain(), "could not fail the tasks whose rows cannot be decoded");
+    }
     Ok(records)
 }

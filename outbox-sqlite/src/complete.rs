@@ -23,22 +23,29 @@ use crate::{
     timestamp::{self, to_column, to_micros},
 };
 
-/// Writes `completions` in one `BEGIN IMMEDIATE` transaction; returns how
-/// many were still current and applied.
+/// Writes `completions`; returns how many were still current and applied.
+///
+/// Without a result that lets an ordering key move on, each statement
+/// stands alone (no transaction around it). With one, the statements and the
+/// key's move run in one `BEGIN IMMEDIATE` transaction, so a key's next task
+/// goes exactly when its head's success commits.
 pub(crate) async fn write(
     conn: &mut AsyncSqliteConnection,
     completions: &[Completion],
 ) -> Result<u64> {
+    if !completions.iter().any(transition::moves_key_on) {
+        return apply(conn, completions, timestamp::now()).await;
+    }
     write_transaction(conn, async |conn| {
         apply(conn, completions, timestamp::now()).await
     })
     .await
 }
 
-/// Applies `completions` as of `now` inside the caller's write transaction
-/// ([`transition::complete`] in SQL), then moves the keys of the results that
-/// applied and let their key move on.
-pub(crate) async fn apply(
+/// Applies `completions` as of `now` ([`transition::complete`] in SQL), then
+/// moves the keys of the results that applied and let their key move on;
+/// inside a write transaction when any may.
+async fn apply(
     conn: &mut AsyncSqliteConnection,
     completions: &[Completion],
     now: DateTime<Utc>,

@@ -15,8 +15,9 @@
 //!   (`NORMAL` would lose the last commits on power loss, after their
 //!   messages may have gone out.)
 //!
-//! Every transaction the store opens is `BEGIN IMMEDIATE`: it takes the write
-//! lock first, waiting under the busy timeout, so it never has to upgrade a
+//! Every write of the store is one statement, which takes the write lock at
+//! its first step, or a `BEGIN IMMEDIATE` transaction, which takes it first:
+//! either way it waits under the busy timeout and never has to upgrade a
 //! read to a write, the upgrade SQLite refuses at once with `SQLITE_BUSY`
 //! when another connection wrote in between.
 //!

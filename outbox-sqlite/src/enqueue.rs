@@ -8,11 +8,11 @@
 use chrono::{DateTime, Utc};
 use diesel::{
     OptionalExtension, QueryableByName,
-    sql_types::{BigInt, Binary, Integer, Nullable, Text},
+    sql_types::{BigInt, Binary, Integer, Text},
     sqlite::Sqlite,
 };
 use diesel_async::RunQueryDsl;
-use outbox_core::{Error, Result, Task, TaskId, transition};
+use outbox_core::{Error, Result, Status, Task, TaskId, transition};
 use outbox_diesel::{cached, require_transaction, sqlite_error, uncached};
 
 use crate::{
@@ -46,20 +46,55 @@ fn prepare(task: Task) -> Result<Row> {
     })
 }
 
-const COLUMNS: &str = "INSERT INTO outbox_tasks (kind, version, payload, headers, ordering_key, \
-    dedup_key, max_attempts, next_attempt_at, expires_at, status, last_error, created_at, \
-    updated_at) VALUES ";
+const COLUMNS: &str = "INSERT INTO outbox_tasks (created_at, updated_at, kind, version, \
+    payload, headers, ordering_key, dedup_key, max_attempts, next_attempt_at, expires_at, \
+    status, last_error) VALUES ";
 
-const VALUES: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', ?, ?)";
-
-/// Rows per multi-row `INSERT`: 12 values each, far below SQLite's limit of
-/// 32,766 parameters per statement.
+/// Rows per multi-row `INSERT`: at most 10 values each, far below SQLite's
+/// limit of 32,766 parameters per statement.
 const MAX_ROWS_PER_INSERT: usize = 500;
 
 #[derive(QueryableByName)]
 struct Id {
     #[diesel(sql_type = BigInt)]
     id: i64,
+}
+
+/// The status `row` is stored with: [`transition::enqueued`], with "due" on
+/// the store's clock.
+fn status(row: &Row, now: DateTime<Utc>) -> Status {
+    let due = row.task.not_before.is_none_or(|at| at <= now);
+    transition::enqueued(row.head, due)
+}
+
+/// Writes the `VALUES` tuple of `row`: `$1` is the time, binds are numbered
+/// from `next` on, and absent values and the status are literals, so a
+/// typical row binds kind, version and payload only and a single-row
+/// statement takes one of a few shapes.
+fn values(sql: &mut String, row: &Row, status: Status, next: &mut usize) {
+    let mut slot = |present: bool, absent: &str| {
+        if present {
+            *next += 1;
+            format!("${}", *next - 1)
+        } else {
+            absent.to_owned()
+        }
+    };
+    let task = &row.task;
+    let fields = [
+        slot(true, ""),
+        slot(true, ""),
+        slot(true, ""),
+        slot(!task.headers.is_empty(), "'{}'"),
+        slot(task.ordering_key.is_some(), "NULL"),
+        slot(task.dedup_key.is_some(), "NULL"),
+        slot(task.max_attempts.is_some(), "NULL"),
+        slot(row.not_before.is_some(), "$1"),
+        slot(row.expires_at.is_some(), "NULL"),
+    ];
+    sql.push_str("($1, $1, ");
+    sql.push_str(&fields.join(", "));
+    sql.push_str(&format!(", '{}', '')", status.as_str()));
 }
 
 /// Inserts `rows` in one statement as of `now`; returns the ids of the rows
@@ -72,36 +107,49 @@ async fn insert(
     on_duplicate: bool,
 ) -> Result<Vec<TaskId>> {
     let mut sql = String::from(COLUMNS);
-    sql.push_str(&vec![VALUES; rows.len()].join(", "));
+    let mut next = 2;
+    for (i, row) in rows.iter().enumerate() {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        values(&mut sql, row, status(row, now), &mut next);
+    }
     if on_duplicate {
         sql.push_str(" ON CONFLICT (dedup_key) DO NOTHING");
     }
     sql.push_str(" RETURNING id");
-    // One row takes one of two shapes, each prepared once per connection; a
-    // multi-row statement's text varies with its rows.
-    let mut query = if rows.len() == 1 {
+    // One row takes one of a few shapes, each prepared once per connection;
+    // a multi-row statement's text varies with its rows.
+    let query = if rows.len() == 1 {
         cached::<Sqlite>(&sql)
     } else {
         uncached::<Sqlite>(&sql)
     };
+    let mut query = query.bind::<BigInt, _>(to_micros(now));
     for row in rows {
         let task = &row.task;
-        // transition::enqueued, with "due" on the store's clock.
-        let due = task.not_before.is_none_or(|at| at <= now);
-        let status = transition::enqueued(row.head, due);
         query = query
             .bind::<Text, _>(&task.kind)
             .bind::<Integer, _>(task.version)
-            .bind::<Binary, _>(&task.payload)
-            .bind::<Text, _>(&row.headers)
-            .bind::<Nullable<Text>, _>(task.ordering_key.as_deref())
-            .bind::<Nullable<Text>, _>(task.dedup_key.as_deref())
-            .bind::<Nullable<Integer>, _>(task.max_attempts)
-            .bind::<BigInt, _>(row.not_before.unwrap_or(to_micros(now)))
-            .bind::<Nullable<BigInt>, _>(row.expires_at)
-            .bind::<Text, _>(status.as_str())
-            .bind::<BigInt, _>(to_micros(now))
-            .bind::<BigInt, _>(to_micros(now));
+            .bind::<Binary, _>(&task.payload);
+        if !task.headers.is_empty() {
+            query = query.bind::<Text, _>(&row.headers);
+        }
+        if let Some(key) = &task.ordering_key {
+            query = query.bind::<Text, _>(key);
+        }
+        if let Some(key) = &task.dedup_key {
+            query = query.bind::<Text, _>(key);
+        }
+        if let Some(max) = task.max_attempts {
+            query = query.bind::<Integer, _>(max);
+        }
+        if let Some(at) = row.not_before {
+            query = query.bind::<BigInt, _>(at);
+        }
+        if let Some(at) = row.expires_at {
+            query = query.bind::<BigInt, _>(at);
+        }
     }
     let ids: Vec<Id> = query.load(conn).await.map_err(sqlite_error)?;
     // RETURNING comes in no particular order; the rows of one statement get
@@ -229,4 +277,44 @@ fn run_end(rows: &[Row], start: usize) -> usize {
         end += 1;
     }
     end
+}
+
+#[cfg(test)]
+mod tests {
+    use outbox_core::Status;
+
+    use super::*;
+
+    fn row(task: Task) -> Row {
+        prepare(task).expect("a valid task")
+    }
+
+    #[test]
+    fn a_typical_row_binds_kind_version_and_payload_only() {
+        let (mut sql, mut next) = (String::new(), 2);
+        values(
+            &mut sql,
+            &row(Task::new("k", 1, "{}")),
+            Status::Available,
+            &mut next,
+        );
+        assert_eq!(
+            sql,
+            "($1, $1, $2, $3, $4, '{}', NULL, NULL, NULL, $1, NULL, 'available', '')"
+        );
+        let full = Task::new("k", 1, "{}")
+            .header("h", "v")
+            .ordering_key("o")
+            .dedup_key("d")
+            .max_attempts(3)
+            .not_before(chrono::DateTime::UNIX_EPOCH)
+            .expires_at(chrono::DateTime::UNIX_EPOCH);
+        sql.clear();
+        values(&mut sql, &row(full), Status::Blocked, &mut next);
+        assert_eq!(
+            sql,
+            "($1, $1, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'blocked', '')"
+        );
+        assert_eq!(next, 14);
+    }
 }

@@ -3,9 +3,9 @@
 //!
 //! SQLite has one writer at a time, so the per-key lock the server backends
 //! take on a key's row is simply the write transaction: enqueue runs in the
-//! caller's transaction after its first write, completions and discards in
-//! the store's `BEGIN IMMEDIATE` ones, and none of them can interleave with
-//! another. A task enqueued while its key's count was zero is the key's head
+//! caller's transaction after its first write, and completions that move a
+//! key and discards in the store's `BEGIN IMMEDIATE` ones, so none of them
+//! can interleave with another. A task enqueued while its key's count was zero is the key's head
 //! ([`transition::enqueued`]); the others are blocked until every task
 //! before them succeeded or was discarded.
 //!

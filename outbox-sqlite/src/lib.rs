@@ -54,12 +54,23 @@
 //!
 //! # Claims without `SKIP LOCKED`
 //!
-//! Every claim, completion write and periodic move is one short
-//! `BEGIN IMMEDIATE` transaction on a pooled connection: it holds the
-//! database's write lock for the few statements it runs, never while a
-//! handler runs, and relays in this process or others wait their turn under
-//! the busy timeout. Per-key ordering needs nothing more: whoever writes is
-//! alone. The connection settings behind this are in [`connection`].
+//! Every claim, completion write and periodic move is one statement, or one
+//! short `BEGIN IMMEDIATE` transaction when it takes several (a claim by id,
+//! a completion that lets an ordering key move on, a discard), on a pooled
+//! connection: it holds the database's write lock for that long, never while
+//! a handler runs. The relays of one process (clones of one [`SqliteStore`])
+//! queue for their turn in order; relays in other processes on the same file
+//! wait under the busy timeout. Per-key ordering needs nothing more: whoever
+//! writes is alone. The connection settings behind this are in
+//! [`connection`].
+//!
+//! # What SQLite is for
+//!
+//! One host: a service that keeps its data in a SQLite file, embedded and
+//! edge applications, demos, and tests (`outbox-testkit`'s `SqliteTestDb`).
+//! Not services on several hosts, nor a network file system, nor more
+//! commits than one writer at a time can make (each waits for `fsync`):
+//! there, use PostgreSQL. docs/operations.md says more.
 //!
 //! # Time
 //!

@@ -16,7 +16,6 @@ use outbox_diesel::{cached, sqlite_error};
 
 use crate::{
     SqliteStore, discard,
-    store_transaction::write,
     timestamp::{self, to_micros},
 };
 
@@ -111,35 +110,29 @@ impl Maintenance for SqliteStore {
 
     async fn requeue_failed(&self, id: TaskId) -> Result<bool> {
         let (_turn, mut conn) = self.writer().await?;
-        write(&mut conn, async |conn| {
-            let changed = cached::<Sqlite>(REQUEUE)
-                .bind::<BigInt, _>(to_micros(timestamp::now()))
-                .bind::<BigInt, _>(id.get())
-                .execute(conn)
-                .await
-                .map_err(sqlite_error)?;
-            Ok(changed == 1)
-        })
-        .await
+        let changed = cached::<Sqlite>(REQUEUE)
+            .bind::<BigInt, _>(to_micros(timestamp::now()))
+            .bind::<BigInt, _>(id.get())
+            .execute(&mut *conn)
+            .await
+            .map_err(sqlite_error)?;
+        Ok(changed == 1)
     }
 
     async fn purge_batch(&self, older_than: Duration, limit: u32) -> Result<u64> {
         let (_turn, mut conn) = self.writer().await?;
-        write(&mut conn, async |conn| {
-            let now = timestamp::now();
-            let cutoff = TimeDelta::from_std(older_than)
-                .ok()
-                .and_then(|age| now.checked_sub_signed(age))
-                .unwrap_or(DateTime::<Utc>::MIN_UTC);
-            let deleted = cached::<Sqlite>(PURGE)
-                .bind::<BigInt, _>(to_micros(cutoff))
-                .bind::<BigInt, _>(i64::from(limit))
-                .execute(conn)
-                .await
-                .map_err(sqlite_error)?;
-            Ok(deleted as u64)
-        })
-        .await
+        let now = timestamp::now();
+        let cutoff = TimeDelta::from_std(older_than)
+            .ok()
+            .and_then(|age| now.checked_sub_signed(age))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        let deleted = cached::<Sqlite>(PURGE)
+            .bind::<BigInt, _>(to_micros(cutoff))
+            .bind::<BigInt, _>(i64::from(limit))
+            .execute(&mut *conn)
+            .await
+            .map_err(sqlite_error)?;
+        Ok(deleted as u64)
     }
 
     async fn next_due(&self) -> Result<Option<Duration>> {

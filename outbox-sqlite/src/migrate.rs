@@ -30,8 +30,9 @@ const SQL: &[MigrationSql] = &[MigrationSql::new(
 /// Safe to call from many processes at once: the run holds SQLite's write
 /// lock from a `BEGIN IMMEDIATE` to its commit, and SQLite has one writer
 /// per file, so concurrent runs take turns and the later ones find nothing
-/// pending; a failed run leaves nothing half applied (DDL is transactional
-/// in SQLite). The wait is bounded by the connection's busy timeout
+/// pending; a migration that fails leaves nothing of itself behind (DDL is
+/// transactional in SQLite, and each migration runs in a savepoint). The
+/// wait is bounded by the connection's busy timeout
 /// ([`BUSY_TIMEOUT`](crate::BUSY_TIMEOUT) when it has none).
 ///
 /// [`AsyncSqliteConnection`]: crate::AsyncSqliteConnection

@@ -1,7 +1,7 @@
 //! The periodic moves: promotion of waiting tasks once due, and rescue of
-//! running tasks whose lease lapsed. Each is one statement in a short
-//! `BEGIN IMMEDIATE` transaction that reads a range of an index holding
-//! only rows of the status it moves, at most `limit` of them.
+//! running tasks whose lease lapsed. Each is one statement (SQLite's write
+//! lock from its first step to its commit) that reads a range of an index
+//! holding only rows of the status it moves, at most `limit` of them.
 
 use diesel::{
     sql_types::{BigInt, Text},
@@ -13,7 +13,6 @@ use outbox_diesel::{cached, sqlite_error};
 
 use crate::{
     AsyncSqliteConnection,
-    store_transaction::write,
     timestamp::{self, to_micros},
 };
 
@@ -45,29 +44,23 @@ WHERE status = 'running' AND id IN (
 
 /// Makes up to `limit` due waiting tasks available.
 pub(crate) async fn promote(conn: &mut AsyncSqliteConnection, limit: u32) -> Result<u64> {
-    write(conn, async |conn| {
-        let moved = cached::<Sqlite>(PROMOTE)
-            .bind::<BigInt, _>(to_micros(timestamp::now()))
-            .bind::<BigInt, _>(i64::from(limit))
-            .execute(conn)
-            .await
-            .map_err(sqlite_error)?;
-        Ok(moved as u64)
-    })
-    .await
+    let moved = cached::<Sqlite>(PROMOTE)
+        .bind::<BigInt, _>(to_micros(timestamp::now()))
+        .bind::<BigInt, _>(i64::from(limit))
+        .execute(conn)
+        .await
+        .map_err(sqlite_error)?;
+    Ok(moved as u64)
 }
 
 /// Rescues up to `limit` running tasks whose lease lapsed.
 pub(crate) async fn rescue(conn: &mut AsyncSqliteConnection, limit: u32) -> Result<u64> {
-    write(conn, async |conn| {
-        let moved = cached::<Sqlite>(RESCUE)
-            .bind::<BigInt, _>(to_micros(timestamp::now()))
-            .bind::<BigInt, _>(i64::from(limit))
-            .bind::<Text, _>(transition::LAPSED_ERROR)
-            .execute(conn)
-            .await
-            .map_err(sqlite_error)?;
-        Ok(moved as u64)
-    })
-    .await
+    let moved = cached::<Sqlite>(RESCUE)
+        .bind::<BigInt, _>(to_micros(timestamp::now()))
+        .bind::<BigInt, _>(i64::from(limit))
+        .bind::<Text, _>(transition::LAPSED_ERROR)
+        .execute(conn)
+        .await
+        .map_err(sqlite_error)?;
+    Ok(moved as u64)
 }

@@ -20,7 +20,8 @@ use crate::{AsyncSqliteConnection, claim, complete, connection, enqueue, moves, 
 ///
 /// `enqueue` runs on the caller's connection inside the caller's
 /// transaction. Claims, completion writes and the periodic moves each take
-/// one short `BEGIN IMMEDIATE` transaction from the pool: SQLite has one
+/// one statement, or one short `BEGIN IMMEDIATE` transaction when they need
+/// several, on a connection from the pool: SQLite has one
 /// writer at a time, so a claim holds the database's write lock for the few
 /// statements it takes instead of locking rows, and no lock is held while a
 /// handler runs. Several relays, in one process or in several on the same

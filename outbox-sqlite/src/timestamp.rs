@@ -24,9 +24,10 @@
 //! The database clock is the host's
 //! clock, read by the store ([`now`]): SQLite runs inside the process, so the
 //! processes sharing a file share the host's clock, as the sessions of a
-//! database server share the server's. Every write transaction reads it once
-//! it holds the write lock, so times written by successive writers never go
-//! back unless the host's clock does.
+//! database server share the server's. A transaction reads it once it holds
+//! the write lock; a single statement reads it just before, so one that
+//! waited for the lock writes the time it began waiting (a lease shorter, a
+//! retry due earlier, by the wait).
 
 use chrono::{DateTime, NaiveDate, Utc};
 use outbox_core::{Error, Result, TaskId};
