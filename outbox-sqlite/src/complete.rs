@@ -12,7 +12,7 @@ use diesel::{
 };
 use diesel_async::RunQueryDsl;
 use outbox_core::{
-    Result,
+    Result, Status,
     transition::{self, Completion},
 };
 use outbox_diesel::sqlite_error;
@@ -97,6 +97,41 @@ WHERE outbox_tasks.id = c.id AND outbox_tasks.lease_owner = c.owner
   AND outbox_tasks.attempts = c.attempt AND outbox_tasks.status = 'running'
 RETURNING outbox_tasks.id, outbox_tasks.attempts";
 
+/// The common case, all succeeded for one owner: only the fence varies by
+/// row, `?1` the time, then `(id, attempts)` pairs, then the owner.
+pub(crate) fn succeed_sql(n: usize) -> String {
+    format!(
+        "UPDATE outbox_tasks SET status = 'succeeded', last_error = '', finished_at = ?1, \
+         updated_at = ?1, lease_owner = NULL, lease_expires_at = NULL \
+         WHERE (id, attempts) IN (VALUES {}) AND lease_owner = ?{} AND status = 'running' \
+         RETURNING id, attempts",
+        vec!["(?, ?)"; n].join(", "),
+        2 * n + 2
+    )
+}
+
+async fn succeed(
+    conn: &mut AsyncSqliteConnection,
+    owner: &str,
+    completions: &[Completion],
+    now: DateTime<Utc>,
+) -> Result<Vec<(i64, i64)>> {
+    let mut query = diesel::sql_query(succeed_sql(completions.len()))
+        .into_boxed::<Sqlite>()
+        .bind::<BigInt, _>(to_micros(now));
+    for c in completions {
+        query = query
+            .bind::<BigInt, _>(c.fence.id.get())
+            .bind::<BigInt, _>(c.fence.attempt);
+    }
+    let rows: Vec<Applied> = query
+        .bind::<Text, _>(owner)
+        .load(conn)
+        .await
+        .map_err(sqlite_error)?;
+    Ok(rows.into_iter().map(|row| (row.id, row.attempts)).collect())
+}
+
 /// Values bound per result.
 const VALUES_PER_ROW: usize = 8;
 
@@ -119,8 +154,15 @@ async fn update(
     completions: &[Completion],
     now: DateTime<Utc>,
 ) -> Result<Vec<(i64, i64)>> {
-    if completions.is_empty() {
+    let Some(first) = completions.first() else {
         return Ok(Vec::new());
+    };
+    let owner = &first.fence.owner;
+    if completions
+        .iter()
+        .all(|c| c.status == Status::Succeeded && &c.fence.owner == owner)
+    {
+        return succeed(conn, owner, completions, now).await;
     }
     let sql = update_sql(completions.len());
     let mut query = diesel::sql_query(sql).into_boxed::<Sqlite>();

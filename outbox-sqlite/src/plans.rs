@@ -81,6 +81,11 @@ fn completions_find_their_rows_by_primary_key() {
         &complete::update_sql(3),
         &["SEARCH outbox_tasks USING INTEGER PRIMARY KEY (rowid=?)"],
     );
+    // All succeeded: the running rows of the listed ids, one seek each.
+    assert_plan(
+        &complete::succeed_sql(3),
+        &["SEARCH outbox_tasks USING INDEX outbox_tasks_claim_idx (status=? AND id=?)"],
+    );
 }
 
 #[test]

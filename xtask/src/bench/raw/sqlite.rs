@@ -81,15 +81,17 @@ impl Raw for SqliteTestDb {
         conn: &mut AsyncSqliteConnection,
         payloads: &[Vec<u8>],
     ) -> anyhow::Result<()> {
+        // The ids come back, as the caller needs them to send after commit.
         let rows = vec!["('order.created', 1, ?, '{}')"; payloads.len()].join(", ");
         let mut query = diesel::sql_query(format!(
-            "INSERT INTO outbox_tasks (kind, version, payload, headers) VALUES {rows}"
+            "INSERT INTO outbox_tasks (kind, version, payload, headers) VALUES {rows} RETURNING id"
         ))
         .into_boxed::<Sqlite>();
         for payload in payloads {
             query = query.bind::<Binary, _>(payload);
         }
-        query.execute(conn).await?;
+        let ids: Vec<Id> = query.load(conn).await?;
+        anyhow::ensure!(ids.len() == payloads.len(), "inserted {} rows", ids.len());
         Ok(())
     }
 
