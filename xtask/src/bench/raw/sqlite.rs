@@ -9,7 +9,7 @@ use diesel_async::RunQueryDsl;
 use outbox_sqlite::AsyncSqliteConnection;
 use outbox_testkit::{TestBackend, sqlite::SqliteTestDb};
 
-use super::Raw;
+use super::{Prepare, Raw};
 
 #[derive(QueryableByName)]
 struct Id {
@@ -52,29 +52,40 @@ impl Raw for SqliteTestDb {
         .collect())
     }
 
-    async fn insert_order(conn: &mut AsyncSqliteConnection, id: i64) -> anyhow::Result<()> {
-        diesel::sql_query(format!(
+    async fn insert_order(
+        conn: &mut AsyncSqliteConnection,
+        id: i64,
+        prepare: Prepare,
+    ) -> anyhow::Result<()> {
+        let insert = format!(
             "INSERT INTO orders (id, customer, total_cents, created_at) VALUES (?, ?, ?, {NOW_US})"
-        ))
-        .bind::<BigInt, _>(id)
-        .bind::<Text, _>("customer-9")
-        .bind::<BigInt, _>(4200)
-        .execute(conn)
-        .await?;
+        );
+        prepare
+            .sql::<Sqlite>(&insert)
+            .bind::<BigInt, _>(id)
+            .bind::<Text, _>("customer-9")
+            .bind::<BigInt, _>(4200)
+            .execute(conn)
+            .await?;
         Ok(())
     }
 
-    async fn insert_task(conn: &mut AsyncSqliteConnection, payload: &[u8]) -> anyhow::Result<i64> {
+    async fn insert_task(
+        conn: &mut AsyncSqliteConnection,
+        payload: &[u8],
+        prepare: Prepare,
+    ) -> anyhow::Result<i64> {
         // The table's defaults fill in the times and the status.
-        Ok(diesel::sql_query(
-            "INSERT INTO outbox_tasks (kind, version, payload, headers) \
-             VALUES (?, 1, ?, '{}') RETURNING id",
-        )
-        .bind::<Text, _>("order.created")
-        .bind::<Binary, _>(payload)
-        .get_result::<Id>(conn)
-        .await?
-        .id)
+        Ok(prepare
+            .sql::<Sqlite>(
+                "INSERT INTO outbox_tasks (kind, version, payload, headers) \
+                 VALUES (?, 1, ?, '{}') RETURNING id",
+            )
+            .bind::<Text, _>("order.created")
+            .bind::<Binary, _>(payload)
+            .get_result::<Id>(conn)
+            .await?
+            .id)
     }
 
     async fn insert_tasks(
@@ -99,19 +110,22 @@ impl Raw for SqliteTestDb {
         conn: &mut AsyncSqliteConnection,
         limit: i64,
         after: i64,
+        prepare: Prepare,
     ) -> anyhow::Result<Vec<i64>> {
         // One statement is its own write transaction: no BEGIN needed.
-        let claimed: Vec<Id> = diesel::sql_query(format!(
+        let claim = format!(
             "UPDATE outbox_tasks SET status = 'running', lease_owner = 'raw', \
                  attempts = attempts + 1, lease_expires_at = {NOW_US} + 30000000 \
              WHERE id IN (SELECT id FROM outbox_tasks \
                  WHERE status = 'available' AND id > ? ORDER BY id LIMIT ?) \
              RETURNING id, kind, version, payload"
-        ))
-        .bind::<BigInt, _>(after)
-        .bind::<BigInt, _>(limit)
-        .load(conn)
-        .await?;
+        );
+        let claimed: Vec<Id> = prepare
+            .sql::<Sqlite>(&claim)
+            .bind::<BigInt, _>(after)
+            .bind::<BigInt, _>(limit)
+            .load(conn)
+            .await?;
         if claimed.is_empty() {
             return Ok(Vec::new());
         }
