@@ -157,8 +157,14 @@ impl<DB: Backend> QueryFragment<DB> for CachedQuery<'_, DB> {
         if !self.cacheable {
             out.unsafe_to_cache_prepared();
         }
-        let used = |i: usize| self.slots.contains(&Some(i));
-        if let Some(unused) = (0..self.binds.len()).find(|&i| !used(i)) {
+        // One pass over the placeholders: a multi-row statement has thousands.
+        let mut used = vec![false; self.binds.len()];
+        for &i in self.slots.iter().flatten() {
+            if let Some(slot) = used.get_mut(i) {
+                *slot = true;
+            }
+        }
+        if let Some(unused) = used.iter().position(|used| !used) {
             return mismatch(format!("bind {} has no placeholder", unused + 1));
         }
         for (part, slot) in self.parts.iter().zip(&self.slots) {

@@ -17,10 +17,13 @@
 //! detected` is `40P01`). Messages are matched as the servers word them in
 //! English; under another `lc_messages` the kind diesel derived still holds,
 //! but failures diesel calls unknown are [`DatabaseErrorKind::Other`] without
-//! a code.
+//! a code. On SQLite, diesel maps the constraint codes to its kinds and keeps
+//! the library's message, from which the rest is recognised (`database is
+//! locked` is `SQLITE_BUSY`).
 
 mod mysql;
 mod postgres;
+mod sqlite;
 
 use diesel::result::{ConnectionError, Error as DieselError};
 use diesel_async::pooled_connection::{PoolError as ManagerError, deadpool::PoolError};
@@ -34,6 +37,7 @@ type Classified = (DatabaseErrorKind, Option<&'static str>);
 enum Dialect {
     Postgres,
     Mysql,
+    Sqlite,
 }
 
 /// Classifies an error of a diesel-async PostgreSQL connection as
@@ -75,6 +79,27 @@ pub fn mysql_error(error: DieselError) -> Error {
     classify(Dialect::Mysql, error)
 }
 
+/// Classifies an error of a diesel-async SQLite connection
+/// (`SyncConnectionWrapper<SqliteConnection>`) as [`Error::Database`]: its
+/// kind, the name of SQLite's result code when diesel's kind or the
+/// library's message identifies it, and `error` itself as the source.
+///
+/// ```
+/// use diesel::result::{DatabaseErrorKind as Kind, Error as DieselError};
+/// use outbox_core::DatabaseErrorKind;
+///
+/// let error = outbox_diesel::sqlite_error(DieselError::DatabaseError(
+///     Kind::Unknown,
+///     Box::new("database is locked".to_owned()),
+/// ));
+/// assert_eq!(error.database_kind(), Some(DatabaseErrorKind::LockTimeout));
+/// assert_eq!(error.database_code(), Some("SQLITE_BUSY"));
+/// assert!(error.is_retryable());
+/// ```
+pub fn sqlite_error(error: DieselError) -> Error {
+    classify(Dialect::Sqlite, error)
+}
+
 /// Classifies a failure to get a connection from a PostgreSQL pool: a
 /// timeout is [`DatabaseErrorKind::PoolTimeout`], a connection that could not
 /// be opened is classified like [`postgres_error`] (refused or unreachable is
@@ -88,6 +113,21 @@ pub fn postgres_pool_error(error: PoolError) -> Error {
 /// [`postgres_pool_error`] does for PostgreSQL.
 pub fn mysql_pool_error(error: PoolError) -> Error {
     classify_pool(Dialect::Mysql, error)
+}
+
+/// Classifies a failure to get a connection from a SQLite pool, as
+/// [`postgres_pool_error`] does for PostgreSQL (a file that cannot be opened
+/// is [`DatabaseErrorKind::Connection`]).
+pub fn sqlite_pool_error(error: PoolError) -> Error {
+    classify_pool(Dialect::Sqlite, error)
+}
+
+/// Classifies a failure to open a SQLite connection or to apply its
+/// settings: a file that cannot be opened is [`DatabaseErrorKind::Connection`],
+/// a failed setting is classified like [`sqlite_error`].
+pub fn sqlite_connection_error(error: ConnectionError) -> Error {
+    let (kind, code) = classify_connect(Dialect::Sqlite, &error);
+    database(kind, code, error)
 }
 
 /// Classifies an error of a connection whose backend is not known here:
@@ -130,6 +170,7 @@ fn classify_ref(dialect: Dialect, error: &DieselError) -> Classified {
         DieselError::DatabaseError(kind, info) => match dialect {
             Dialect::Postgres => postgres::classify(*kind, info.message()),
             Dialect::Mysql => mysql::classify(*kind, info.message()),
+            Dialect::Sqlite => sqlite::classify(*kind, info.message()),
         },
         DieselError::RollbackErrorOnCommit {
             rollback_error,
@@ -155,7 +196,8 @@ fn without_server(error: &DieselError) -> Classified {
 
 fn classify_connect(dialect: Dialect, error: &ConnectionError) -> Classified {
     match error {
-        // MySQL's I/O and driver failures while connecting.
+        // MySQL's I/O and driver failures while connecting; SQLite's file
+        // that cannot be opened.
         ConnectionError::BadConnection(_) => (DatabaseErrorKind::Connection, None),
         // PostgreSQL's every failure while connecting, MySQL's server refusals.
         ConnectionError::CouldntSetupConfiguration(e) => classify_ref(dialect, e),

@@ -1,5 +1,5 @@
 //! diesel-async glue shared by the outbox's database backends
-//! (`outbox-postgres`, `outbox-mysql`): migrations on any runtime under a
+//! (`outbox-postgres`, `outbox-mysql`, `outbox-sqlite`): migrations on any runtime under a
 //! session lock, and their SQL as text; the transaction check of `enqueue`,
 //! enqueue-then-send transactions, pools; and the classification of diesel
 //! and pool errors into `outbox_core::Error::Database`.
@@ -24,7 +24,10 @@ mod store_transaction;
 mod transaction;
 
 pub use cached::{CachedQuery, cached, uncached};
-pub use error::{mysql_error, mysql_pool_error, postgres_error, postgres_pool_error};
+pub use error::{
+    mysql_error, mysql_pool_error, postgres_error, postgres_pool_error, sqlite_connection_error,
+    sqlite_error, sqlite_pool_error,
+};
 pub use migrate::{revert_migrations, run_migrations};
 pub use migration_lock::{MigrationConnection, MigrationLock};
 pub use migration_sql::MigrationSql;

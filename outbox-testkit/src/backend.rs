@@ -2,13 +2,15 @@
 
 use std::future::Future;
 
+use chrono::{DateTime, Utc};
 use diesel_async::AsyncConnection;
 use outbox_core::Maintenance;
 
 /// An isolated, migrated database of one backend, created per test.
 ///
-/// Implemented by [`PgTestDb`](crate::postgres::PgTestDb) (feature `postgres`)
-/// and [`MysqlTestDb`](crate::mysql::MysqlTestDb) (feature `mysql`).
+/// Implemented by [`PgTestDb`](crate::postgres::PgTestDb) (feature `postgres`),
+/// [`MysqlTestDb`](crate::mysql::MysqlTestDb) (feature `mysql`) and
+/// [`SqliteTestDb`](crate::sqlite::SqliteTestDb) (feature `sqlite`).
 /// Dropping it drops the database, unless the test is panicking: then the
 /// database is kept for inspection and its name is printed.
 pub trait TestBackend: Sized + Send + Sync + 'static {
@@ -67,4 +69,17 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
     /// The SQL of the backend's outbox migrations, oldest first (for
     /// example `outbox_postgres::migration_sql()`).
     fn migration_sql() -> &'static [outbox_diesel::MigrationSql];
+
+    /// A literal for the instant `at` in the outbox's time columns, for
+    /// statements a test writes by hand: a UTC date and time by default
+    /// (SQLite stores microseconds since the epoch).
+    fn instant_sql(at: DateTime<Utc>) -> String {
+        format!("'{}'", at.format("%Y-%m-%d %H:%M:%S%.6f"))
+    }
+
+    /// An SQL expression for the database's current time in the outbox's
+    /// time columns: `CURRENT_TIMESTAMP` by default.
+    fn now_sql() -> String {
+        "CURRENT_TIMESTAMP".to_owned()
+    }
 }

@@ -4,7 +4,9 @@
 //!   signals to wait on instead of sleeping.
 //! - [`TestBackend`]: an isolated, migrated database per test, dropped after a
 //!   passing test and kept after a failing one; [`postgres::PgTestDb`] with
-//!   the `postgres` feature, [`mysql::MysqlTestDb`] with the `mysql` feature.
+//!   the `postgres` feature, [`mysql::MysqlTestDb`] with the `mysql` feature,
+//!   [`sqlite::SqliteTestDb`] (a temporary file, no server) with the
+//!   `sqlite` feature.
 //! - [`assert`](mod@assert): "this kind was enqueued", "these tasks were delivered".
 //! - [`metrics`]: the outbox's metrics, captured for assertions.
 //! - [`conformance`]: one suite of scenarios, written once and generic over
@@ -15,6 +17,8 @@
 //! `postgres://postgres@127.0.0.1:5432/test`) and `OUTBOX_MYSQL_URL` (default
 //! `mysql://root@127.0.0.1:3306/test`). A test whose server is down
 //! fails with the URL and the command that starts it; it never skips.
+//! SQLite needs no server: its test databases are files in
+//! `OUTBOX_SQLITE_DIR` (default: the system's temporary directory).
 //!
 //! ```
 //! use outbox_core::{Delivery, Handler, Task, TaskId};
@@ -40,6 +44,8 @@ pub mod mysql;
 pub mod nats;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
 pub mod url;
 pub mod wait;
 

@@ -1,7 +1,9 @@
 //! `cargo xtask ci`: checks that plain `cargo test` cannot make.
 //!
 //! Backends compile only when chosen: depending on `outbox-postgres` must not
-//! build `mysql_async`, and `outbox-mysql` must not build `tokio-postgres`.
+//! build `mysql_async` or SQLite (`libsqlite3-sys`), `outbox-mysql` must not
+//! build `tokio-postgres` or SQLite, and `outbox-sqlite` must build neither
+//! server driver.
 
 use std::process::Command;
 
@@ -12,12 +14,32 @@ use anyhow::{Context as _, bail, ensure};
 pub(crate) struct Args {}
 
 /// `(package, crate it must not pull in)`.
-const SEPARATED: [(&str, &str); 2] = [
+const SEPARATED: [(&str, &str); 6] = [
     ("outbox-postgres", "mysql_async"),
+    ("outbox-postgres", "libsqlite3-sys"),
     ("outbox-mysql", "tokio-postgres"),
+    ("outbox-mysql", "libsqlite3-sys"),
+    ("outbox-sqlite", "tokio-postgres"),
+    ("outbox-sqlite", "mysql_async"),
+];
+
+/// `(package, its own driver)`: the check above would pass vacuously if
+/// the tree did not list drivers at all.
+const DRIVERS: [(&str, &str); 3] = [
+    ("outbox-postgres", "tokio-postgres"),
+    ("outbox-mysql", "mysql_async"),
+    ("outbox-sqlite", "libsqlite3-sys"),
 ];
 
 pub(crate) fn run(_args: Args) -> anyhow::Result<()> {
+    for (package, driver) in DRIVERS {
+        let tree = cargo_tree(package)?;
+        ensure!(
+            tree.lines()
+                .any(|line| line.starts_with(&format!("{driver} "))),
+            "cargo tree -p {package} does not list its driver {driver}"
+        );
+    }
     for (package, forbidden) in SEPARATED {
         let tree = cargo_tree(package)?;
         ensure!(

@@ -2,12 +2,13 @@
 //!
 //! - `migrate --database-url URL [--revert]`: apply (or revert) the outbox
 //!   migrations, the same embedded set `run_migrations` applies;
-//!   `migrate --print [--revert] [--backend postgres|mysql]` prints their SQL.
+//!   `migrate --print [--revert] [--backend postgres|mysql|sqlite]` prints their SQL.
 //! - `ci`: checks beyond the tests, such as backends compiling only when chosen.
-//! - `bench [--backend postgres|mysql|all] [--quick] [--json PATH]`: the
-//!   library against hand-written SQL in the same run, as ratios.
-//! - `demo [--backend postgres|mysql] [--orders N] [--nats]`: an order service
-//!   on the local services, with failures injected, and a summary.
+//! - `bench [--backend postgres|mysql|sqlite|all] [--quick] [--json PATH]`:
+//!   the library against hand-written SQL in the same run, as ratios.
+//! - `demo [--backend sqlite|postgres|mysql] [--orders N] [--nats]`: an order
+//!   service on SQLite (default, nothing to start) or the local servers, with
+//!   failures injected, and a summary.
 //! - `chaos [--backend postgres|mysql] [--scenario NAME] [--quick] [--json]`:
 //!   faults injected into private servers (restarts, killed relays, NATS
 //!   down, pool exhaustion, overlapping handlers, clock skew, a hung

@@ -9,8 +9,9 @@ use outbox_diesel::MigrationSql;
 /// Arguments of `migrate`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// Database to migrate: `postgres://...` or `mysql://...`. With
-    /// `--print`, only its scheme is used, to pick the backend.
+    /// Database to migrate: `postgres://...`, `mysql://...`, or a SQLite
+    /// file as `sqlite://PATH` (or a `file:` URI). With `--print`, only its
+    /// scheme is used, to pick the backend.
     #[arg(long, env = "DATABASE_URL", required_unless_present = "print")]
     database_url: Option<String>,
     /// Revert the outbox's migrations (drops `outbox_tasks`) instead of
@@ -34,6 +35,8 @@ pub(crate) enum Backend {
     Postgres,
     /// MySQL/MariaDB.
     Mysql,
+    /// SQLite.
+    Sqlite,
 }
 
 impl Backend {
@@ -42,15 +45,22 @@ impl Backend {
         match self {
             Self::Postgres => "postgres",
             Self::Mysql => "mysql",
+            Self::Sqlite => "sqlite",
         }
     }
 
     /// The backend a database URL's scheme names.
     fn of_url(url: &str) -> anyhow::Result<Self> {
+        if url.starts_with("file:") {
+            return Ok(Self::Sqlite);
+        }
         match url.split_once("://").map(|(scheme, _)| scheme) {
             Some("postgres" | "postgresql") => Ok(Self::Postgres),
             Some("mysql" | "mariadb") => Ok(Self::Mysql),
-            _ => bail!("unsupported database URL `{url}`: expected postgres:// or mysql://"),
+            Some("sqlite") => Ok(Self::Sqlite),
+            _ => bail!(
+                "unsupported database URL `{url}`: expected postgres://, mysql:// or sqlite://"
+            ),
         }
     }
 }
@@ -70,6 +80,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let versions = match Backend::of_url(url)? {
         Backend::Postgres => postgres(url, args.revert).await?,
         Backend::Mysql => mysql(url, args.revert).await?,
+        Backend::Sqlite => sqlite(url, args.revert).await?,
     };
     let verb = if args.revert { "reverted" } else { "applied" };
     if versions.is_empty() {
@@ -120,6 +131,8 @@ fn sql(backend: Backend) -> anyhow::Result<&'static [MigrationSql]> {
         Backend::Postgres => Ok(outbox_postgres::migration_sql()),
         #[cfg(feature = "mysql")]
         Backend::Mysql => Ok(outbox_mysql::migration_sql()),
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => Ok(outbox_sqlite::migration_sql()),
         #[allow(unreachable_patterns)]
         other => bail!(
             "this xtask was built without the `{}` feature",
@@ -162,4 +175,21 @@ async fn mysql(url: &str, revert: bool) -> anyhow::Result<Vec<String>> {
 #[cfg(not(feature = "mysql"))]
 async fn mysql(_url: &str, _revert: bool) -> anyhow::Result<Vec<String>> {
     bail!("this xtask was built without the `mysql` feature")
+}
+
+#[cfg(feature = "sqlite")]
+async fn sqlite(url: &str, revert: bool) -> anyhow::Result<Vec<String>> {
+    let conn = outbox_sqlite::establish(url)
+        .await
+        .with_context(|| format!("opening {url}"))?;
+    Ok(if revert {
+        outbox_sqlite::revert_migrations(conn).await?
+    } else {
+        outbox_sqlite::run_migrations(conn).await?
+    })
+}
+
+#[cfg(not(feature = "sqlite"))]
+async fn sqlite(_url: &str, _revert: bool) -> anyhow::Result<Vec<String>> {
+    bail!("this xtask was built without the `sqlite` feature")
 }

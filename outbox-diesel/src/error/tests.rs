@@ -5,6 +5,7 @@ use outbox_core::{DatabaseErrorKind, Error};
 
 use super::{
     any_backend_error, mysql_error, mysql_pool_error, postgres_error, postgres_pool_error,
+    sqlite_error, sqlite_pool_error,
 };
 
 fn server(kind: Kind, message: &str) -> DieselError {
@@ -245,11 +246,83 @@ fn mysql_codes_come_from_kinds_and_messages() {
 }
 
 #[test]
+fn sqlite_codes_come_from_kinds_and_messages() {
+    for (kind, message, ours, code, retryable) in [
+        (
+            Kind::UniqueViolation,
+            "UNIQUE constraint failed: outbox_tasks.dedup_key",
+            DatabaseErrorKind::UniqueViolation,
+            Some("SQLITE_CONSTRAINT_UNIQUE"),
+            false,
+        ),
+        (
+            Kind::CheckViolation,
+            "CHECK constraint failed: version > 0",
+            DatabaseErrorKind::CheckViolation,
+            Some("SQLITE_CONSTRAINT_CHECK"),
+            false,
+        ),
+        (
+            Kind::NotNullViolation,
+            "NOT NULL constraint failed: outbox_tasks.kind",
+            DatabaseErrorKind::NotNullViolation,
+            Some("SQLITE_CONSTRAINT_NOTNULL"),
+            false,
+        ),
+        (
+            Kind::Unknown,
+            "database is locked",
+            DatabaseErrorKind::LockTimeout,
+            Some("SQLITE_BUSY"),
+            true,
+        ),
+        (
+            Kind::Unknown,
+            "attempt to write a readonly database",
+            DatabaseErrorKind::ReadOnly,
+            Some("SQLITE_READONLY"),
+            false,
+        ),
+        (
+            Kind::Unknown,
+            "unable to open database file",
+            DatabaseErrorKind::Connection,
+            Some("SQLITE_CANTOPEN"),
+            true,
+        ),
+        (
+            Kind::Unknown,
+            "no such table: outbox_tasks",
+            DatabaseErrorKind::Other,
+            None,
+            false,
+        ),
+        (
+            Kind::UnableToSendCommand,
+            "A Tokio 1.x context was found, but it is being shutdown.",
+            DatabaseErrorKind::Connection,
+            None,
+            true,
+        ),
+    ] {
+        assert_classified(&sqlite_error(server(kind, message)), ours, code, retryable);
+    }
+    let refused = sqlite_pool_error(PoolError::Backend(ManagerError::ConnectionError(
+        ConnectionError::BadConnection("unable to open database file".to_owned()),
+    )));
+    assert_classified(&refused, DatabaseErrorKind::Connection, None, true);
+}
+
+#[test]
 fn the_same_words_mean_nothing_to_the_other_backend() {
     let mysql_deadlock = "Deadlock found when trying to get lock; try restarting transaction";
     let error = postgres_error(server(Kind::Unknown, mysql_deadlock));
     assert_classified(&error, DatabaseErrorKind::Other, None, false);
     let error = mysql_error(server(Kind::Unknown, "deadlock detected"));
+    assert_classified(&error, DatabaseErrorKind::Other, None, false);
+    let error = sqlite_error(server(Kind::Unknown, "deadlock detected"));
+    assert_classified(&error, DatabaseErrorKind::Other, None, false);
+    let error = postgres_error(server(Kind::Unknown, "database is locked"));
     assert_classified(&error, DatabaseErrorKind::Other, None, false);
 }
 

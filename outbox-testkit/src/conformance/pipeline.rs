@@ -244,10 +244,11 @@ pub async fn an_unreadable_row_fails_alone<B: TestBackend>(db: &B) -> anyhow::Re
     let (mock, handle) = handler::recording();
     let worker = worker(db, registry(mock)?, config("reader"))?;
     let mut ids = enqueue_committed(db, vec![task(1)]).await?;
+    let now = B::now_sql();
     db.execute_sql(&format!(
         "INSERT INTO outbox_tasks (kind, version, payload, headers, next_attempt_at, \
          last_error, created_at, updated_at) VALUES ('{KIND}', 1, '{{}}', '{{\"retries\": 3}}', \
-         CURRENT_TIMESTAMP, '', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+         {now}, '', {now}, {now})"
     ))
     .await?;
     ids.extend(enqueue_committed(db, vec![task(2), task(3)]).await?);

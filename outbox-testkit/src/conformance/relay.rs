@@ -200,6 +200,13 @@ pub async fn shutdown_deadline_gives_claims_back<B: TestBackend>(db: &B) -> anyh
     Ok(())
 }
 
+/// 2020-01-01 00:00:00 UTC in the backend's time columns.
+fn long_ago<B: TestBackend>() -> String {
+    B::instant_sql(
+        chrono::DateTime::<chrono::Utc>::from_timestamp(1_577_836_800, 0).unwrap_or_default(),
+    )
+}
+
 /// Purge removes only finished rows older than the retention, in batches;
 /// pending and recent rows stay. A relay applies retention on its own.
 pub async fn purge_keeps_unfinished_and_recent_rows<B: TestBackend>(db: &B) -> anyhow::Result<()> {
@@ -211,8 +218,10 @@ pub async fn purge_keeps_unfinished_and_recent_rows<B: TestBackend>(db: &B) -> a
     }
     // Tasks 0..3 are succeeded; 0 and 1 finished long ago, 2 and 3 just now.
     let old = format!(
-        "UPDATE outbox_tasks SET finished_at = '2020-01-01 00:00:00' WHERE id IN ({}, {})",
-        ids[0], ids[1]
+        "UPDATE outbox_tasks SET finished_at = {} WHERE id IN ({}, {})",
+        long_ago::<B>(),
+        ids[0],
+        ids[1]
     );
     db.execute_sql(&old).await?;
     let day = Duration::from_secs(24 * 3600);
@@ -226,8 +235,10 @@ pub async fn purge_keeps_unfinished_and_recent_rows<B: TestBackend>(db: &B) -> a
 
     // The relay purges at its retention on its own: make 2 and 3 old too.
     db.execute_sql(&format!(
-        "UPDATE outbox_tasks SET finished_at = '2020-01-01 00:00:00' WHERE id IN ({}, {})",
-        ids[2], ids[3]
+        "UPDATE outbox_tasks SET finished_at = {} WHERE id IN ({}, {})",
+        long_ago::<B>(),
+        ids[2],
+        ids[3]
     ))
     .await?;
     let shutdown = CancellationToken::new();

@@ -27,7 +27,9 @@ pub(crate) enum Backend {
     Postgres,
     /// MySQL/MariaDB only.
     Mysql,
-    /// Both.
+    /// SQLite only (a temporary file, no server).
+    Sqlite,
+    /// All three.
     All,
 }
 
@@ -124,6 +126,12 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         backend::<outbox_testkit::mysql::MysqlTestDb>(&plan, !args.no_nats, &mut results).await?;
         #[cfg(not(feature = "mysql"))]
         anyhow::bail!("xtask was built without the `mysql` feature");
+    }
+    if matches!(args.backend, Backend::Sqlite | Backend::All) {
+        #[cfg(feature = "sqlite")]
+        backend::<outbox_testkit::sqlite::SqliteTestDb>(&plan, !args.no_nats, &mut results).await?;
+        #[cfg(not(feature = "sqlite"))]
+        anyhow::bail!("xtask was built without the `sqlite` feature");
     }
     print_table(&results, profile, started.elapsed().as_secs());
     if let Some(path) = args.json {

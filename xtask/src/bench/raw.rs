@@ -35,7 +35,7 @@ impl Prepare {
 
 /// Raw statements of one backend, over its test database.
 pub(crate) trait Raw: TestBackend {
-    /// `"postgres"` or `"mysql"`.
+    /// `"postgres"`, `"mysql"` or `"sqlite"`.
     const NAME: &'static str;
 
     /// Creates the business table `orders`.
@@ -104,6 +104,9 @@ pub(crate) trait Raw: TestBackend {
         None
     }
 }
+
+#[cfg(feature = "sqlite")]
+mod sqlite;
 
 #[cfg(feature = "postgres")]
 mod postgres {

@@ -24,6 +24,8 @@ pub(crate) struct Args {
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     match args.backend {
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => relay::<outbox_testkit::sqlite::SqliteTestDb>(&args).await,
         #[cfg(feature = "postgres")]
         Backend::Postgres => relay::<outbox_testkit::postgres::PgTestDb>(&args).await,
         #[cfg(feature = "mysql")]

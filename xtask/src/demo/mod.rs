@@ -1,4 +1,5 @@
-//! `cargo xtask demo`: the outbox doing its job on the local services.
+//! `cargo xtask demo`: the outbox doing its job, on SQLite (a temporary
+//! file, nothing to start) or on the local database servers.
 //!
 //! An order service writes orders and enqueues `order.created` in the same
 //! transactions and sends each right after commit, while a relay runs in a
@@ -26,6 +27,8 @@ use crate::bench::raw::{Prepare, Raw};
 /// Which backend the demo runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Backend {
+    /// SQLite: a temporary database file, no server.
+    Sqlite,
     /// PostgreSQL.
     Postgres,
     /// MySQL/MariaDB.
@@ -35,6 +38,7 @@ pub(crate) enum Backend {
 impl Backend {
     fn name(self) -> &'static str {
         match self {
+            Backend::Sqlite => "sqlite",
             Backend::Postgres => "postgres",
             Backend::Mysql => "mysql",
         }
@@ -44,8 +48,8 @@ impl Backend {
 /// Arguments of `demo`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The database to run on.
-    #[arg(long, value_enum, default_value = "postgres")]
+    /// The database to run on: SQLite needs no server.
+    #[arg(long, value_enum, default_value = "sqlite")]
     backend: Backend,
     /// How many orders the service places.
     #[arg(long, default_value_t = 2000)]
@@ -64,6 +68,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         "--orders and --writers must be positive"
     );
     match args.backend {
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite => demo::<outbox_testkit::sqlite::SqliteTestDb>(&args).await,
         #[cfg(feature = "postgres")]
         Backend::Postgres => demo::<outbox_testkit::postgres::PgTestDb>(&args).await,
         #[cfg(feature = "mysql")]

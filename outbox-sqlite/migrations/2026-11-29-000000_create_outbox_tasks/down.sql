@@ -1,0 +1,2 @@
+DROP TABLE outbox_ordering_keys;
+DROP TABLE outbox_tasks;

@@ -1,0 +1,21 @@
+//! Plain reads of `outbox_tasks`.
+
+use diesel::prelude::*;
+use diesel_async::RunQueryDsl;
+use outbox_core::{Record, Result, TaskId};
+use outbox_diesel::sqlite_error;
+
+use crate::{AsyncSqliteConnection, row::TaskRow, schema::outbox_tasks};
+
+/// Reads one task, `None` when there is no such row.
+pub(crate) async fn get(conn: &mut AsyncSqliteConnection, id: TaskId) -> Result<Option<Record>> {
+    outbox_tasks::table
+        .find(id.get())
+        .select(TaskRow::as_select())
+        .first(conn)
+        .await
+        .optional()
+        .map_err(sqlite_error)?
+        .map(Record::try_from)
+        .transpose()
+}

@@ -1,0 +1,194 @@
+//! SQLite's one writer at a time: claims wait their turn, a deferred
+//! transaction that reads first is refused at its first write when another
+//! connection wrote meanwhile while the `transaction` helper is not, and a
+//! lock held past the busy timeout is a retryable lock timeout.
+
+use std::time::{Duration, Instant};
+
+use diesel::{QueryableByName, sql_types::BigInt};
+use diesel_async::{
+    AsyncConnection, RunQueryDsl, SimpleAsyncConnection,
+    pooled_connection::{AsyncDieselConnectionManager, ManagerConfig, deadpool::Pool},
+};
+use outbox_sqlite::{
+    AsyncSqliteConnection, BUSY_TIMEOUT, SqliteStore,
+    outbox::{BatchRequest, DatabaseErrorKind, Error, LeaseRequest, Registry, Store, Task, Worker},
+    transaction,
+};
+use outbox_testkit::{TestBackend, handler, sqlite::SqliteTestDb};
+
+fn task(n: usize) -> Task {
+    Task::new("order.created", 1, format!("{{\"order\":{n}}}"))
+}
+
+async fn enqueue(db: &SqliteTestDb, tasks: Vec<Task>) {
+    let store = db.store();
+    db.connect()
+        .await
+        .expect("connect")
+        .transaction::<_, anyhow::Error, _>(async |tx| Ok(store.enqueue_many(tx, tasks).await?))
+        .await
+        .expect("enqueue");
+}
+
+fn worker(db: &SqliteTestDb) -> (Worker<SqliteStore>, outbox_testkit::handler::HandlerHandle) {
+    let (mock, handle) = handler::recording();
+    let registry = Registry::builder()
+        .handler("order.created", 1, mock)
+        .build()
+        .expect("registry");
+    (
+        Worker::new(db.store().clone(), registry).expect("worker"),
+        handle,
+    )
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+async fn count(conn: &mut AsyncSqliteConnection) -> i64 {
+    diesel::sql_query("SELECT COUNT(*) AS n FROM outbox_tasks")
+        .get_result::<Count>(conn)
+        .await
+        .expect("count")
+        .n
+}
+
+/// How long a test lets something run to show that it waits.
+const WAITS: Duration = Duration::from_millis(300);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_waits_its_turn_for_the_write_lock() {
+    let db = SqliteTestDb::create("round_waits_for_lock")
+        .await
+        .expect("db");
+    enqueue(&db, (0..3).map(task).collect()).await;
+    let (worker, handle) = worker(&db);
+    let mut locker = db.connect().await.expect("connect");
+    locker.batch_execute("BEGIN IMMEDIATE").await.expect("lock");
+
+    let mut round = tokio::spawn(async move { worker.retry_pending(10).await });
+    assert!(
+        tokio::time::timeout(WAITS, &mut round).await.is_err(),
+        "the round claimed while another connection held the write lock"
+    );
+    assert_eq!(handle.calls(), 0);
+    locker.batch_execute("COMMIT").await.expect("unlock");
+    let report = round.await.expect("join").expect("round");
+    assert_eq!((report.claimed, report.succeeded), (3, 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_transaction_that_reads_first_is_refused_its_write() {
+    let db = SqliteTestDb::create("deferred_reads_first")
+        .await
+        .expect("db");
+    let store = db.store();
+    let mut reader = db.connect().await.expect("connect");
+    let result = reader
+        .transaction::<_, anyhow::Error, _>(async |tx| {
+            // The read starts this transaction's snapshot...
+            assert_eq!(count(tx).await, 0);
+            // ...another connection commits a write...
+            enqueue(&db, vec![task(1)]).await;
+            // ...so the snapshot is stale, and SQLite refuses the upgrade to
+            // a writer at once rather than wait (which could deadlock).
+            let started = Instant::now();
+            let refused = store.enqueue(tx, task(2)).await;
+            assert!(started.elapsed() < BUSY_TIMEOUT, "the write waited");
+            Ok(refused)
+        })
+        .await
+        .expect("the transaction itself");
+    match result {
+        Err(error) => {
+            assert_eq!(error.database_kind(), Some(DatabaseErrorKind::LockTimeout));
+            assert!(error.is_retryable());
+        }
+        Ok(id) => panic!("a stale reader became a writer and enqueued {id}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_transaction_helper_reads_first_and_still_writes() {
+    let db = SqliteTestDb::create("helper_reads_first")
+        .await
+        .expect("db");
+    let (worker, handle) = worker(&db);
+    let mut conn = db.connect().await.expect("connect");
+    let mut other: Option<tokio::task::JoinHandle<()>> = None;
+    let id = transaction(&worker, &mut conn, async |mut tx| {
+        assert_eq!(count(tx.conn()).await, 0);
+        // Another connection's write now waits for this transaction, which
+        // holds the write lock since BEGIN IMMEDIATE...
+        let url = db.url().to_owned();
+        let mut writer = tokio::spawn(async move {
+            let db = SqliteTestDb::attach(&url).await.expect("attach");
+            enqueue(&db, vec![task(1)]).await;
+        });
+        assert!(
+            tokio::time::timeout(WAITS, &mut writer).await.is_err(),
+            "another connection wrote inside this transaction"
+        );
+        other = Some(writer);
+        // ...so this one's snapshot stays current and its write goes through.
+        anyhow::Ok(tx.enqueue(task(2)).await?)
+    })
+    .await
+    .expect("the helper's transaction");
+    other
+        .expect("the other writer")
+        .await
+        .expect("the other write");
+    handle.wait_for_successes(1).await;
+    assert_eq!(handle.succeeded_ids(), [id]);
+    assert_eq!(db.count_tasks().await.expect("count"), 2);
+}
+
+/// A pool whose connections give up on a held lock after 100 ms.
+fn impatient_store(db: &SqliteTestDb) -> SqliteStore {
+    let mut config = ManagerConfig::<AsyncSqliteConnection>::default();
+    config.custom_setup = Box::new(|url| {
+        let url = url.to_owned();
+        Box::pin(async move {
+            let mut conn = AsyncSqliteConnection::establish(&url).await?;
+            conn.batch_execute("PRAGMA busy_timeout = 100")
+                .await
+                .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+            Ok(conn)
+        })
+    });
+    let manager = AsyncDieselConnectionManager::new_with_config(db.url(), config);
+    SqliteStore::new(Pool::builder(manager).max_size(2).build().expect("pool"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_held_past_the_busy_timeout_is_a_retryable_lock_timeout() {
+    let db = SqliteTestDb::create("busy_timeout").await.expect("db");
+    enqueue(&db, vec![task(1)]).await;
+    let store = impatient_store(&db);
+    let mut locker = db.connect().await.expect("connect");
+    locker.batch_execute("BEGIN IMMEDIATE").await.expect("lock");
+    let request = BatchRequest {
+        lease: LeaseRequest {
+            owner: "impatient".into(),
+            duration: Duration::from_secs(30),
+        },
+        limit: 10,
+        after: None,
+        due_by: None,
+    };
+    let error = store
+        .claim_due(&request)
+        .await
+        .expect_err("claimed under a held lock");
+    assert!(matches!(error, Error::Database { .. }), "{error:?}");
+    assert_eq!(error.database_kind(), Some(DatabaseErrorKind::LockTimeout));
+    assert_eq!(error.database_code(), Some("SQLITE_BUSY"));
+    assert!(error.is_retryable());
+    locker.batch_execute("ROLLBACK").await.expect("unlock");
+    assert_eq!(store.claim_due(&request).await.expect("claim").len(), 1);
+}

@@ -1,0 +1,194 @@
+//! SQLite test databases, a temporary file per test: [`SqliteTestDb`].
+//!
+//! No server: each test gets a database file of its own in the system's
+//! temporary directory (or `OUTBOX_SQLITE_DIR`), migrated, with a
+//! [`SqliteStore`] on it. Downstream crates can unit-test their enqueue
+//! paths against it with the same store their services run.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use chrono::{DateTime, Utc};
+use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
+use outbox_core::TaskId;
+use outbox_sqlite::{
+    AsyncSqliteConnection, SqliteStore, establish, revert_migrations, run_migrations,
+};
+
+use crate::{TestBackend, url};
+
+/// Connections in the pool of the store each test database opens.
+const POOL_SIZE: usize = 8;
+
+/// The environment variable naming the directory test databases go in
+/// (default: the system's temporary directory).
+pub const DIR_VAR: &str = "OUTBOX_SQLITE_DIR";
+
+/// A SQLite database file of its own for one test, with a [`SqliteStore`]
+/// on it.
+///
+/// Deleted (with its `-wal` and `-shm` files) when the value drops; kept,
+/// and named on stderr, when the thread is panicking, so a failed test's
+/// rows can be inspected with `sqlite3`.
+///
+/// ```
+/// use outbox_testkit::{sqlite::SqliteTestDb, TestBackend};
+///
+/// # #[tokio::main]
+/// # async fn main() -> anyhow::Result<()> {
+/// let db = SqliteTestDb::create("my_order_test").await?;
+/// assert_eq!(db.count_tasks().await?, 0);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct SqliteTestDb {
+    path: PathBuf,
+    url: String,
+    store: SqliteStore,
+    /// Whether this value created the file (and deletes it).
+    owned: bool,
+}
+
+impl SqliteTestDb {
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn directory() -> PathBuf {
+    std::env::var_os(DIR_VAR)
+        .filter(|dir| !dir.is_empty())
+        .map_or_else(std::env::temp_dir, PathBuf::from)
+}
+
+impl TestBackend for SqliteTestDb {
+    type Store = SqliteStore;
+    type Conn = AsyncSqliteConnection;
+
+    async fn create(test: &str) -> anyhow::Result<Self> {
+        let dir = directory();
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("creating the test directory {}", dir.display()))?;
+        let path = dir.join(format!("{}.db", url::database_name(test)));
+        let url = path
+            .to_str()
+            .with_context(|| format!("{} is not UTF-8", path.display()))?
+            .to_owned();
+        run_migrations(establish(&url).await?)
+            .await
+            .context("migrating the test database")?;
+        let store = SqliteStore::connect(&url, POOL_SIZE)?;
+        Ok(Self {
+            path,
+            url,
+            store,
+            owned: true,
+        })
+    }
+
+    async fn attach(url: &str) -> anyhow::Result<Self> {
+        Ok(Self {
+            path: PathBuf::from(url),
+            url: url.to_owned(),
+            store: SqliteStore::connect(url, POOL_SIZE)?,
+            owned: false,
+        })
+    }
+
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn store(&self) -> &SqliteStore {
+        &self.store
+    }
+
+    fn store_with_pool(&self, pool_size: usize) -> anyhow::Result<SqliteStore> {
+        Ok(SqliteStore::connect(&self.url, pool_size)?)
+    }
+
+    async fn connect(&self) -> anyhow::Result<AsyncSqliteConnection> {
+        Ok(establish(&self.url).await?)
+    }
+
+    async fn execute_sql(&self, sql: &str) -> anyhow::Result<()> {
+        Ok(self.store.pool().get().await?.batch_execute(sql).await?)
+    }
+
+    async fn count(&self, from: &str) -> anyhow::Result<i64> {
+        let mut conn = self.store.pool().get().await?;
+        Ok(
+            diesel::sql_query(format!("SELECT COUNT(*) AS n FROM {from}"))
+                .get_result::<crate::Count>(&mut *conn)
+                .await?
+                .n,
+        )
+    }
+
+    async fn task_ids(
+        conn: &mut AsyncSqliteConnection,
+        kind: Option<&str>,
+    ) -> anyhow::Result<Vec<TaskId>> {
+        let rows: Vec<crate::IdRow> = match kind {
+            Some(kind) => {
+                diesel::sql_query("SELECT id FROM outbox_tasks WHERE kind = ? ORDER BY id")
+                    .bind::<diesel::sql_types::Text, _>(kind)
+                    .load(conn)
+                    .await?
+            }
+            None => {
+                diesel::sql_query("SELECT id FROM outbox_tasks ORDER BY id")
+                    .load(conn)
+                    .await?
+            }
+        };
+        Ok(rows.into_iter().map(|row| TaskId::new(row.id)).collect())
+    }
+
+    async fn migrate(&self) -> anyhow::Result<Vec<String>> {
+        Ok(run_migrations(self.connect().await?).await?)
+    }
+
+    async fn revert(&self) -> anyhow::Result<Vec<String>> {
+        Ok(revert_migrations(self.connect().await?).await?)
+    }
+
+    fn migration_sql() -> &'static [outbox_diesel::MigrationSql] {
+        outbox_sqlite::migration_sql()
+    }
+
+    fn instant_sql(at: DateTime<Utc>) -> String {
+        outbox_sqlite::timestamp::to_micros(at).to_string()
+    }
+
+    fn now_sql() -> String {
+        "CAST(round((julianday('now') - 2440587.5) * 86400000000.0) AS INTEGER)".to_owned()
+    }
+}
+
+impl Drop for SqliteTestDb {
+    fn drop(&mut self) {
+        self.store.pool().close();
+        if !self.owned {
+            return;
+        }
+        if std::thread::panicking() {
+            eprintln!("test failed: kept database file {}", self.path.display());
+            return;
+        }
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut file = self.path.clone().into_os_string();
+            file.push(suffix);
+            match std::fs::remove_file(&file) {
+                Ok(()) => {}
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => eprintln!(
+                    "could not delete the test database file {}: {error}",
+                    PathBuf::from(file).display()
+                ),
+            }
+        }
+    }
+}
