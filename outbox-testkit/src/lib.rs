@@ -7,6 +7,8 @@
 //!   the `postgres` feature, [`mysql::MysqlTestDb`] with the `mysql` feature.
 //! - [`assert`](mod@assert): "this kind was enqueued", "these tasks were delivered".
 //! - [`metrics`]: the outbox's metrics, captured for assertions.
+//! - [`backlog`]: table shapes a claim must walk past (waiting, blocked and
+//!   finished rows), filled in bulk.
 //! - [`conformance`]: one suite of scenarios, written once and generic over
 //!   the backend, that every store must pass; [`conformance_tests!`] expands
 //!   it into `#[tokio::test]`s.
@@ -29,6 +31,7 @@
 
 pub mod assert;
 mod backend;
+pub mod backlog;
 pub mod conformance;
 mod drop_database;
 pub mod handler;
