@@ -256,3 +256,6 @@ pub(crate) async fn due(
     })
     .await
 }
+
+#[cfg(test)]
+mod backlog_plans;

@@ -189,3 +189,6 @@ async fn decode_claimed(
     }
     Ok(records)
 }
+
+#[cfg(test)]
+mod backlog_plans;

@@ -9,6 +9,8 @@
 //!   `sqlite` feature.
 //! - [`assert`](mod@assert): "this kind was enqueued", "these tasks were delivered".
 //! - [`metrics`]: the outbox's metrics, captured for assertions.
+//! - [`backlog`]: table shapes a claim must walk past (waiting, blocked and
+//!   finished rows), filled in bulk.
 //! - [`conformance`]: one suite of scenarios, written once and generic over
 //!   the backend, that every store must pass; [`conformance_tests!`] expands
 //!   it into `#[tokio::test]`s.
@@ -33,6 +35,7 @@
 
 pub mod assert;
 mod backend;
+pub mod backlog;
 pub mod conformance;
 mod drop_database;
 pub mod handler;

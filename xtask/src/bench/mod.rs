@@ -61,9 +61,13 @@ pub(crate) struct Plan {
     pub(crate) backlog: u64,
     /// Tasks per latency scenario.
     pub(crate) latency_tasks: usize,
-    /// Finished rows for the scale scenario.
+    /// Waiting rows (not due, or in backoff) for the scale scenarios.
+    pub(crate) waiting: u64,
+    /// Rows of one ordering key (blocked, or succeeded) for the scale scenarios.
+    pub(crate) keyed: u64,
+    /// Finished rows for the scale scenarios.
     pub(crate) finished: u64,
-    /// Claims per table in the scale scenario.
+    /// Claims per table in each scale scenario.
     pub(crate) claims: usize,
     /// Tasks per JetStream run.
     pub(crate) nats_tasks: u64,
@@ -77,6 +81,8 @@ impl Plan {
                 transactions: 300,
                 backlog: 5_000,
                 latency_tasks: 300,
+                waiting: 20_000,
+                keyed: 10_000,
                 finished: 100_000,
                 claims: 20,
                 nats_tasks: 1_000,
@@ -87,6 +93,8 @@ impl Plan {
                 transactions: 2_000,
                 backlog: 100_000,
                 latency_tasks: 5_000,
+                waiting: 200_000,
+                keyed: 100_000,
                 finished: 1_000_000,
                 claims: 50,
                 nats_tasks: 10_000,
@@ -163,12 +171,14 @@ async fn backend<B: Raw>(
     step("latency");
     results.latencies.extend(latency::measure(&db, plan).await?);
     step("scale");
-    let full = B::create("bench_scale").await?;
-    full.create_orders().await?;
+    let due_only = B::create("bench_due_only").await?;
+    due_only.create_orders().await?;
+    let shaped = B::create("bench_scale").await?;
+    shaped.create_orders().await?;
     results
         .figures
-        .push(scale::measure(&db, &full, plan).await?);
-    drop(full);
+        .extend(scale::measure(&due_only, &shaped, plan).await?);
+    drop((due_only, shaped));
     if with_nats {
         #[cfg(feature = "nats")]
         {

@@ -9,7 +9,7 @@
 
 use std::future::Future;
 
-use outbox_testkit::TestBackend;
+use outbox_testkit::{TestBackend, backlog::Backlog};
 
 /// How a hand-written statement is prepared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,8 +90,12 @@ pub(crate) trait Raw: TestBackend {
     /// Inserts `n` pending tasks of `kind` in bulk.
     fn fill_pending(&self, n: u64, kind: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
 
-    /// Inserts `n` succeeded tasks, finished an hour ago, in bulk.
-    fn fill_finished(&self, n: u64) -> impl Future<Output = anyhow::Result<()>> + Send;
+    /// Inserts `rows` rows of the `backlog` shape in bulk.
+    fn fill_backlog(
+        &self,
+        backlog: Backlog,
+        rows: u64,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
 
     /// Empties `outbox_tasks` and `orders`, and refreshes planner statistics.
     fn reset(&self) -> impl Future<Output = anyhow::Result<()>> + Send;
@@ -116,7 +120,7 @@ mod postgres {
         sql_types::{Array, BigInt, Bytea, Text},
     };
     use diesel_async::{AsyncPgConnection, RunQueryDsl};
-    use outbox_testkit::{TestBackend, postgres::PgTestDb};
+    use outbox_testkit::{TestBackend, backlog::Backlog, postgres::PgTestDb};
 
     use super::{Prepare, Raw};
 
@@ -241,14 +245,8 @@ mod postgres {
             .await
         }
 
-        async fn fill_finished(&self, n: u64) -> anyhow::Result<()> {
-            self.execute_sql(&format!(
-                "INSERT INTO outbox_tasks (kind, version, payload, headers, status, attempts, \
-                     finished_at) \
-                 SELECT 'order.created', 1, '\\x7b7d', '{{}}', 'succeeded', 1, \
-                     now() - interval '1 hour' FROM generate_series(1, {n})"
-            ))
-            .await
+        async fn fill_backlog(&self, backlog: Backlog, rows: u64) -> anyhow::Result<()> {
+            self.execute_sql(&backlog.postgres(rows)).await
         }
 
         async fn reset(&self) -> anyhow::Result<()> {
@@ -275,7 +273,7 @@ mod mysql {
         sql_types::{BigInt, Blob, Text},
     };
     use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
-    use outbox_testkit::{TestBackend, mysql::MysqlTestDb};
+    use outbox_testkit::{TestBackend, backlog::Backlog, mysql::MysqlTestDb};
 
     use super::{Prepare, Raw};
 
@@ -439,16 +437,8 @@ mod mysql {
             .await
         }
 
-        async fn fill_finished(&self, n: u64) -> anyhow::Result<()> {
-            self.execute_sql(&format!(
-                "INSERT INTO outbox_tasks (kind, version, payload, headers, status, attempts, \
-                     next_attempt_at, last_error, created_at, updated_at, finished_at) \
-                 SELECT 'order.created', 1, '{{}}', '{{}}', 'succeeded', 1, UTC_TIMESTAMP(6), '', \
-                     UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) - INTERVAL 1 HOUR \
-                 FROM {}",
-                numbers(n)
-            ))
-            .await
+        async fn fill_backlog(&self, backlog: Backlog, rows: u64) -> anyhow::Result<()> {
+            self.execute_sql(&backlog.mysql(rows)).await
         }
 
         async fn reset(&self) -> anyhow::Result<()> {
