@@ -133,6 +133,48 @@ impl Backlog {
     }
 }
 
+impl Backlog {
+    /// SQLite statements inserting the shape with `rows` rows (and, for
+    /// [`Backlog::FailedHead`], the failed head besides them). Times are
+    /// microseconds since the Unix epoch, the SQLite store's mapping.
+    pub fn sqlite(self, rows: u64) -> String {
+        const INSERT: &str = "INSERT INTO outbox_tasks (kind, version, payload, ordering_key, \
+            status, attempts, last_error, next_attempt_at, finished_at)";
+        const NOW: &str = "CAST(round((julianday('now') - 2440587.5) * 86400000000.0) AS INTEGER)";
+        const HOUR: &str = "3600000000";
+        let numbers = format!(
+            "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < {rows})"
+        );
+        match self {
+            Backlog::NotDue => format!(
+                "{INSERT} {numbers} SELECT 'backlog.scheduled', 1, X'7b7d', NULL, 'waiting', 0, '', \
+                 {NOW} + {HOUR} + n * 1000, NULL FROM g"
+            ),
+            Backlog::Backoff => format!(
+                "{INSERT} {numbers} SELECT 'backlog.retrying', 1, X'7b7d', NULL, 'waiting', \
+                 1 + n % 5, '{BROKER_DOWN}', {NOW} + 60000000 + (n % 600) * 1000000, NULL FROM g"
+            ),
+            Backlog::FailedHead => format!(
+                "{INSERT} VALUES ('backlog.keyed', 1, X'7b7d', '{KEY}', 'failed', 3, '{REJECTED}', \
+                 {NOW} - {HOUR}, {NOW} - {HOUR}); \
+                 {INSERT} {numbers} SELECT 'backlog.keyed', 1, X'7b7d', '{KEY}', 'blocked', 0, '', \
+                 {NOW}, NULL FROM g; \
+                 INSERT INTO outbox_ordering_keys (ordering_key, open_tasks) \
+                 VALUES ('{KEY}', {open})",
+                open = rows + 1
+            ),
+            Backlog::SucceededKey => format!(
+                "{INSERT} {numbers} SELECT 'backlog.keyed', 1, X'7b7d', '{KEY}', 'succeeded', 1, '', \
+                 {NOW} - {HOUR}, {NOW} - {HOUR} FROM g"
+            ),
+            Backlog::Finished => format!(
+                "{INSERT} {numbers} SELECT 'backlog.done', 1, X'7b7d', NULL, 'succeeded', 1, '', \
+                 {NOW} - {HOUR}, {NOW} - {HOUR} FROM g"
+            ),
+        }
+    }
+}
+
 /// The error of a task backing off.
 const BROKER_DOWN: &str = "broker unavailable: connection refused";
 

@@ -7,7 +7,7 @@ use diesel::{
 };
 use diesel_async::RunQueryDsl;
 use outbox_sqlite::AsyncSqliteConnection;
-use outbox_testkit::{TestBackend, sqlite::SqliteTestDb};
+use outbox_testkit::{TestBackend, backlog::Backlog, sqlite::SqliteTestDb};
 
 use super::{Prepare, Raw};
 
@@ -151,15 +151,8 @@ impl Raw for SqliteTestDb {
         .await
     }
 
-    async fn fill_finished(&self, n: u64) -> anyhow::Result<()> {
-        self.execute_sql(&format!(
-            "{} INSERT INTO outbox_tasks (kind, version, payload, headers, status, attempts, \
-                 finished_at) \
-             SELECT 'order.created', 1, X'7b7d', '{{}}', 'succeeded', 1, \
-                 {NOW_US} - 3600000000 FROM g",
-            numbers(n)
-        ))
-        .await
+    async fn fill_backlog(&self, backlog: Backlog, rows: u64) -> anyhow::Result<()> {
+        self.execute_sql(&backlog.sqlite(rows)).await
     }
 
     async fn reset(&self) -> anyhow::Result<()> {
