@@ -18,7 +18,91 @@
 
 use std::time::Duration;
 
+use metrics::Unit;
+
 use crate::{Status, transition::Completion};
+
+/// Every metric this crate reports: name, unit and what it means, as in the
+/// table above.
+pub const METRICS: [(&str, Unit, &str); 13] = [
+    ("outbox_enqueued_total", Unit::Count, "tasks enqueued"),
+    ("outbox_sent_total", Unit::Count, "attempts that succeeded"),
+    (
+        "outbox_retried_total",
+        Unit::Count,
+        "attempts that failed and will be retried",
+    ),
+    (
+        "outbox_failed_total",
+        Unit::Count,
+        "tasks that failed for good",
+    ),
+    (
+        "outbox_expired_total",
+        Unit::Count,
+        "tasks that expired unsent",
+    ),
+    (
+        "outbox_handler_duration_seconds",
+        Unit::Seconds,
+        "handler run time",
+    ),
+    (
+        "outbox_commit_to_send_seconds",
+        Unit::Seconds,
+        "from a task's insert to its first attempt's start",
+    ),
+    (
+        "outbox_backlog",
+        Unit::Count,
+        "unfinished tasks (available, waiting, running, blocked), as the relay last counted",
+    ),
+    (
+        "outbox_tasks",
+        Unit::Count,
+        "tasks per status, as the relay last counted (succeeded is an estimate on large tables)",
+    ),
+    (
+        "outbox_promoted_total",
+        Unit::Count,
+        "waiting tasks made available once due",
+    ),
+    (
+        "outbox_rescued_total",
+        Unit::Count,
+        "running tasks whose lease lapsed, made available again or failed when out of attempts",
+    ),
+    (
+        "outbox_relay_unwritten",
+        Unit::Count,
+        "finished results waiting for their write",
+    ),
+    (
+        "outbox_send_async_deferred_total",
+        Unit::Count,
+        "send_async calls left to the relay because concurrency sends were running",
+    ),
+];
+
+/// Describes every metric, with its unit, to the installed recorder, so
+/// exporters show a help text and unit for each. [`Worker::new`] and
+/// [`Relay::new`] call it; call it yourself if you install a recorder later.
+///
+/// [`Worker::new`]: crate::Worker::new
+/// [`Relay::new`]: crate::Relay::new
+pub fn describe() {
+    for (name, unit, description) in METRICS {
+        match name {
+            "outbox_handler_duration_seconds" | "outbox_commit_to_send_seconds" => {
+                metrics::describe_histogram!(name, unit, description);
+            }
+            "outbox_backlog" | "outbox_tasks" | "outbox_relay_unwritten" => {
+                metrics::describe_gauge!(name, unit, description);
+            }
+            _ => metrics::describe_counter!(name, unit, description),
+        }
+    }
+}
 
 /// Counts tasks enqueued.
 pub fn enqueued(count: usize) {

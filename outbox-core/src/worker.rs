@@ -72,6 +72,7 @@ impl<S: Store> Worker<S> {
     /// A worker with explicit settings, validated here.
     pub fn with_config(store: S, registry: Registry, config: WorkerConfig) -> Result<Self> {
         config.validate()?;
+        telemetry::describe();
         let runtime = Handle::try_current().map_err(|_| Error::Config {
             field: "runtime",
             reason: "a worker must be built inside a tokio runtime".into(),

@@ -23,6 +23,8 @@ use metrics::{
 #[derive(Debug, Default)]
 pub struct Captured {
     values: Mutex<HashMap<String, Arc<Value>>>,
+    /// Each described metric's unit and help text, by name.
+    descriptions: Mutex<HashMap<String, (Option<Unit>, String)>>,
 }
 
 #[derive(Debug, Default)]
@@ -93,6 +95,22 @@ impl Captured {
             .cloned()
     }
 
+    /// The unit and help text `name` was described with, if it was.
+    pub fn description(&self, name: &str) -> Option<(Option<Unit>, String)> {
+        self.descriptions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
+    }
+
+    fn describe(&self, name: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.descriptions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.as_str().to_owned(), (unit, description.into_owned()));
+    }
+
     /// A counter's value (0 if never incremented).
     pub fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
         self.get(name, labels)
@@ -122,9 +140,15 @@ impl Captured {
 struct Shared(&'static Captured);
 
 impl Recorder for Shared {
-    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_counter(&self, name: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.describe(name, unit, description);
+    }
+    fn describe_gauge(&self, name: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.describe(name, unit, description);
+    }
+    fn describe_histogram(&self, name: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.describe(name, unit, description);
+    }
 
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
         Counter::from_arc(self.0.value(key))

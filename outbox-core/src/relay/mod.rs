@@ -90,6 +90,7 @@ impl<S: Maintenance> Relay<S> {
     /// A relay sending through `worker` (its store, handlers and settings).
     pub fn new(worker: Worker<S>, config: RelayConfig) -> Result<Self> {
         config.validate_with(worker.config())?;
+        telemetry::describe();
         Ok(Self { worker, config })
     }
 

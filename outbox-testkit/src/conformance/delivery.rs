@@ -58,7 +58,7 @@ pub async fn last_error_is_cut_on_a_utf8_boundary<B: TestBackend>(db: &B) -> any
 }
 
 /// Attempts are counted by outcome and timed, per kind, through the
-/// `metrics` facade.
+/// `metrics` facade; building a worker describes every metric with its unit.
 pub async fn attempts_are_measured<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let captured = crate::metrics::capture()?;
     // A kind of this test's own: other tests record into the same recorder.
@@ -68,6 +68,13 @@ pub async fn attempts_are_measured<B: TestBackend>(db: &B) -> anyhow::Result<()>
         .handler(kind.clone(), 1, mock)
         .build()?;
     let worker = worker(db, registry, config("w"))?;
+    for (name, unit, text) in outbox_core::telemetry::METRICS {
+        assert_eq!(
+            captured.description(name),
+            Some((Some(unit), text.to_owned())),
+            "{name} is not described"
+        );
+    }
     let id = enqueue_one(db, outbox_core::Task::new(kind.clone(), 1, "{}")).await?;
     let enqueued_before = captured.counter("outbox_enqueued_total", &[]);
     assert!(enqueued_before >= 1, "enqueue was not counted");
