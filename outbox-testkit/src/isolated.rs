@@ -27,6 +27,9 @@ pub trait Server: Send + Sync + 'static {
     const URL_VAR: &'static str;
     /// The server used when [`Server::URL_VAR`] is unset.
     const DEFAULT_URL: &'static str;
+    /// URL prefixes of this kind of server: `DATABASE_URL` is used when
+    /// [`Server::URL_VAR`] is unset and it starts with one of them.
+    const SCHEMES: &'static [&'static str];
     /// How to start the local server.
     const START_HINT: &'static str;
 
@@ -100,7 +103,8 @@ impl<S: Server> IsolatedDb<S> {
 async fn establish<S: Server>(url: &str) -> anyhow::Result<S::Conn> {
     S::Conn::establish(url).await.with_context(|| {
         format!(
-            "{} at {url} ({}) is unreachable; {}",
+            "could not connect to {} at {url} (set {} or DATABASE_URL to choose another): \
+             check that the server runs and that the database in the URL exists; {}",
             S::NAME,
             S::URL_VAR,
             S::START_HINT
@@ -113,7 +117,7 @@ impl<S: Server> TestBackend for IsolatedDb<S> {
     type Conn = S::Conn;
 
     async fn create(test: &str) -> anyhow::Result<Self> {
-        let admin_url = url::from_env(S::URL_VAR, S::DEFAULT_URL);
+        let admin_url = url::server_from_env(S::URL_VAR, S::SCHEMES, S::DEFAULT_URL);
         let name = url::database_name(test);
         establish::<S>(&admin_url)
             .await?

@@ -20,6 +20,7 @@ impl Server for Mysql {
     const NAME: &'static str = "MySQL";
     const URL_VAR: &'static str = "OUTBOX_MYSQL_URL";
     const DEFAULT_URL: &'static str = "mysql://root@127.0.0.1:3306/test";
+    const SCHEMES: &'static [&'static str] = &["mysql://"];
     const START_HINT: &'static str =
         "start it with: start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd";
 

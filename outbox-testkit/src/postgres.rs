@@ -20,6 +20,7 @@ impl Server for Postgres {
     const NAME: &'static str = "PostgreSQL";
     const URL_VAR: &'static str = "OUTBOX_PG_URL";
     const DEFAULT_URL: &'static str = "postgres://postgres@127.0.0.1:5432/test";
+    const SCHEMES: &'static [&'static str] = &["postgres://", "postgresql://"];
     const START_HINT: &'static str =
         "start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start";
 

@@ -8,6 +8,26 @@ pub fn from_env(var: &str, default: &str) -> String {
         .unwrap_or_else(|| default.to_owned())
 }
 
+/// The server URL from the environment: `var` when set, else `DATABASE_URL`
+/// when it names this kind of server (one of `schemes`), else `default`.
+pub fn server_from_env(var: &str, schemes: &[&str], default: &str) -> String {
+    pick(
+        std::env::var(var).ok().as_deref(),
+        std::env::var("DATABASE_URL").ok().as_deref(),
+        schemes,
+        default,
+    )
+}
+
+/// [`server_from_env`] on the variables' values.
+fn pick(own: Option<&str>, database_url: Option<&str>, schemes: &[&str], default: &str) -> String {
+    let ours = |url: &&str| schemes.iter().any(|scheme| url.starts_with(scheme));
+    own.filter(|url| !url.is_empty())
+        .or_else(|| database_url.filter(|url| !url.is_empty()).filter(ours))
+        .unwrap_or(default)
+        .to_owned()
+}
+
 /// `url` with its database (the path) replaced by `database`; the query
 /// string, if any, is kept.
 pub fn with_database(url: &str, database: &str) -> String {
@@ -47,6 +67,22 @@ pub fn database_name(test: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_servers_own_variable_wins_then_a_matching_database_url() {
+        let pg = ["postgres://", "postgresql://"];
+        let default = "postgres://localhost/test";
+        assert_eq!(
+            pick(Some("postgres://a/x"), Some("postgres://b/y"), &pg, default),
+            "postgres://a/x"
+        );
+        assert_eq!(
+            pick(None, Some("postgresql://b/y"), &pg, default),
+            "postgresql://b/y"
+        );
+        assert_eq!(pick(Some(""), Some("mysql://c/z"), &pg, default), default);
+        assert_eq!(pick(None, None, &pg, default), default);
+    }
 
     #[test]
     fn replaces_only_the_database() {
