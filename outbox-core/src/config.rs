@@ -15,7 +15,7 @@ use crate::{
 ///
 /// ```
 /// use std::time::Duration;
-/// use outbox_core::{RetryPolicy, WorkerConfig};
+/// use diesel_outbox_core::{RetryPolicy, WorkerConfig};
 ///
 /// let config = WorkerConfig::default()
 ///     .owner("billing-1")
@@ -25,7 +25,7 @@ use crate::{
 ///     .retry(RetryPolicy::new(Duration::from_secs(2), Duration::from_secs(300), 0.2)?);
 /// config.validate()?;
 /// assert_eq!(config.concurrency, 8);
-/// # Ok::<(), outbox_core::Error>(())
+/// # Ok::<(), diesel_outbox_core::Error>(())
 /// ```
 ///
 /// | setting | default | allowed | meaning |
@@ -69,7 +69,7 @@ impl WorkerConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use outbox_core::WorkerConfig;
+    /// use diesel_outbox_core::WorkerConfig;
     ///
     /// let config = WorkerConfig::default().handler_timeout(Duration::from_secs(10));
     /// assert_eq!(config.handler_timeout, Duration::from_secs(10));
@@ -84,7 +84,7 @@ impl WorkerConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use outbox_core::WorkerConfig;
+    /// use diesel_outbox_core::WorkerConfig;
     ///
     /// let config = WorkerConfig::default().lease_duration(Duration::from_secs(60));
     /// assert_eq!(config.lease_duration, Duration::from_secs(60));
@@ -98,7 +98,7 @@ impl WorkerConfig {
     /// Sets how many handlers run at once within a round or a relay.
     ///
     /// ```
-    /// use outbox_core::WorkerConfig;
+    /// use diesel_outbox_core::WorkerConfig;
     ///
     /// let config = WorkerConfig::default().concurrency(8);
     /// assert_eq!(config.concurrency, 8);
@@ -113,12 +113,12 @@ impl WorkerConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use outbox_core::{RetryPolicy, WorkerConfig};
+    /// use diesel_outbox_core::{RetryPolicy, WorkerConfig};
     ///
     /// let policy = RetryPolicy::new(Duration::from_millis(100), Duration::from_secs(5), 0.0)?;
     /// let config = WorkerConfig::default().retry(policy);
     /// assert_eq!(config.retry.cap(), Duration::from_secs(5));
-    /// # Ok::<(), outbox_core::Error>(())
+    /// # Ok::<(), diesel_outbox_core::Error>(())
     /// ```
     #[must_use]
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
@@ -129,7 +129,7 @@ impl WorkerConfig {
     /// Sets the name written into `lease_owner`; keep it unique per process.
     ///
     /// ```
-    /// use outbox_core::WorkerConfig;
+    /// use diesel_outbox_core::WorkerConfig;
     ///
     /// let config = WorkerConfig::default().owner("billing-1");
     /// assert_eq!(config.owner, "billing-1");
@@ -146,7 +146,7 @@ impl WorkerConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use outbox_core::WorkerConfig;
+    /// use diesel_outbox_core::WorkerConfig;
     ///
     /// let config = WorkerConfig::default().lease_duration(Duration::from_secs(200 * 365 * 86_400));
     /// assert_eq!(config.validate().unwrap_err().field(), Some("lease_duration"));

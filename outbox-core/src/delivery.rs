@@ -46,7 +46,7 @@ impl Delivery {
     /// change it. So `delivery.json()?` in a handler fails the task for good.
     ///
     /// ```
-    /// use outbox_core::{Delivery, Task, TaskId};
+    /// use diesel_outbox_core::{Delivery, Task, TaskId};
     ///
     /// let task = Task::json("order.created", 1, &serde_json::json!({ "order": 42 }))?;
     /// let delivery = Delivery::new(TaskId::new(7), 1, task);
@@ -56,7 +56,7 @@ impl Delivery {
     /// let garbage = Delivery::new(TaskId::new(8), 1, Task::new("order.created", 1, "{"));
     /// let error = garbage.json::<serde_json::Value>().unwrap_err();
     /// assert!(error.is_permanent());
-    /// # Ok::<(), outbox_core::Error>(())
+    /// # Ok::<(), diesel_outbox_core::Error>(())
     /// ```
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, HandlerError> {
         serde_json::from_slice(&self.task.payload).map_err(|e| {

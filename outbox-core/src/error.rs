@@ -200,7 +200,7 @@ impl Error {
     /// stored text, where the driver's own words must not be lost.
     ///
     /// ```
-    /// use outbox_core::{DatabaseErrorKind, Error};
+    /// use diesel_outbox_core::{DatabaseErrorKind, Error};
     ///
     /// let error = Error::database_with(DatabaseErrorKind::Deadlock, Some("40P01".into()), "deadlock detected");
     /// assert_eq!(error.to_string(), "database error (deadlock, 40P01)");

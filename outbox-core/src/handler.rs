@@ -112,7 +112,7 @@ impl<F> fmt::Debug for HandlerFn<F> {
 /// Wraps `f` (a closure returning a future) as a [`Handler`].
 ///
 /// ```
-/// use outbox_core::{handler_fn, Delivery, HandlerError};
+/// use diesel_outbox_core::{handler_fn, Delivery, HandlerError};
 ///
 /// let handler = handler_fn(|delivery: Delivery| async move {
 ///     let order: serde_json::Value = delivery.json()?;

@@ -3,7 +3,7 @@
 //! Record a message in the same database transaction as the business data,
 //! send it right after commit, and never lose it: this crate holds the parts
 //! every backend shares. Users normally depend on a backend crate
-//! (`outbox-postgres` or `outbox-mysql`), which re-exports everything here.
+//! (`diesel-outbox-postgres` or `diesel-outbox-mysql`), which re-exports everything here.
 //!
 //! - [`Task`] is what you enqueue; [`Record`] is what the table holds.
 //! - [`transition`] holds the state machine as pure functions.
@@ -13,7 +13,7 @@
 //!   ([`Worker::retry_pending`]) over a [`Store`].
 //!
 //! ```
-//! use outbox_core::{handler_fn, Delivery, HandlerError, Registry, Task};
+//! use diesel_outbox_core::{handler_fn, Delivery, HandlerError, Registry, Task};
 //!
 //! // What the order service enqueues inside its transaction...
 //! let task = Task::json("order.created", 1, &serde_json::json!({ "id": 42 }))?
@@ -32,7 +32,7 @@
 //!     }))
 //!     .build()?;
 //! assert_eq!(registry.len(), 1);
-//! # Ok::<(), outbox_core::Error>(())
+//! # Ok::<(), diesel_outbox_core::Error>(())
 //! ```
 
 mod attempt;

@@ -11,7 +11,7 @@ use crate::{Error, Handler, HandlerKey, Result};
 /// Maps each `(kind, version)` to its handler. Immutable once built.
 ///
 /// ```
-/// use outbox_core::{handler_fn, Delivery, Registry};
+/// use diesel_outbox_core::{handler_fn, Delivery, Registry};
 ///
 /// let registry = Registry::builder()
 ///     .handler("order.created", 1, handler_fn(|_: Delivery| async { Ok(()) }))
@@ -23,8 +23,8 @@ use crate::{Error, Handler, HandlerKey, Result};
 ///     .handler("order.created", 1, handler_fn(|_: Delivery| async { Ok(()) }))
 ///     .handler("order.created", 1, handler_fn(|_: Delivery| async { Ok(()) }))
 ///     .build();
-/// assert!(matches!(duplicate, Err(outbox_core::Error::DuplicateHandler(_))));
-/// # Ok::<(), outbox_core::Error>(())
+/// assert!(matches!(duplicate, Err(diesel_outbox_core::Error::DuplicateHandler(_))));
+/// # Ok::<(), diesel_outbox_core::Error>(())
 /// ```
 #[derive(Clone, Default)]
 pub struct Registry {

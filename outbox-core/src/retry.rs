@@ -15,12 +15,12 @@ use crate::{Error, Result, limits::MAX_DURATION};
 ///
 /// ```
 /// use std::time::Duration;
-/// use outbox_core::RetryPolicy;
+/// use diesel_outbox_core::RetryPolicy;
 ///
 /// let policy = RetryPolicy::new(Duration::from_millis(100), Duration::from_secs(5), 0.0)?;
 /// assert_eq!(policy.delay_with(3, 0.5), Duration::from_millis(400));
 /// assert_eq!(policy.delay_with(30, 0.5), Duration::from_secs(5));
-/// # Ok::<(), outbox_core::Error>(())
+/// # Ok::<(), diesel_outbox_core::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RetryPolicy {
@@ -49,7 +49,7 @@ impl RetryPolicy {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use outbox_core::{RetryPolicy, limits::MAX_DURATION};
+    /// use diesel_outbox_core::{RetryPolicy, limits::MAX_DURATION};
     ///
     /// assert!(RetryPolicy::new(Duration::from_secs(1), MAX_DURATION, 0.2).is_ok());
     /// let refused = RetryPolicy::new(Duration::from_secs(1), MAX_DURATION * 2, 0.2);

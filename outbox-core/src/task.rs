@@ -23,7 +23,7 @@ pub type Headers = BTreeMap<String, String>;
 /// where every bound in [`limits`](crate::limits) is enforced (see [`Task::validate`]).
 ///
 /// ```
-/// use outbox_core::Task;
+/// use diesel_outbox_core::Task;
 /// use chrono::{Duration, Utc};
 ///
 /// let task = Task::json("order.created", 1, &serde_json::json!({ "order": 42 }))?
@@ -31,7 +31,7 @@ pub type Headers = BTreeMap<String, String>;
 ///     .ordering_key("order-42")
 ///     .expires_at(Utc::now() + Duration::hours(24));
 /// assert_eq!(task.kind, "order.created");
-/// # Ok::<(), outbox_core::Error>(())
+/// # Ok::<(), diesel_outbox_core::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

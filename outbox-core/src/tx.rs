@@ -1,7 +1,7 @@
 //! Enqueue-then-send in one call: [`Tx`], the handle a transaction body gets.
 //!
 //! Backends wrap their own transaction API around it (for example
-//! `outbox_postgres::transaction`): the body enqueues through the [`Tx`], and
+//! `diesel_outbox_postgres::transaction`): the body enqueues through the [`Tx`], and
 //! only after the commit succeeded are the collected ids sent. Sending before
 //! commit cannot be written, because the ids are not handed out until then.
 

@@ -1,4 +1,4 @@
-//! The task state machine (`outbox_core::transition`) through its public API:
+//! The task state machine (`diesel_outbox_core::transition`) through its public API:
 //! unit tests of each rule, then property tests over random event sequences,
 //! first of one task under a simulated clock, then of the tasks of one
 //! ordering key.
@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
-use outbox_core::{
+use diesel_outbox_core::{
     Lease, RetryPolicy, Status, TaskId,
     limits::MAX_ERROR_BYTES,
     transition::{

@@ -27,7 +27,7 @@ mod sqlite;
 
 use diesel::result::{ConnectionError, Error as DieselError};
 use diesel_async::pooled_connection::{PoolError as ManagerError, deadpool::PoolError};
-use outbox_core::{DatabaseErrorKind, Error};
+use diesel_outbox_core::{DatabaseErrorKind, Error};
 
 /// A kind and the code recovered for it, if any.
 type Classified = (DatabaseErrorKind, Option<&'static str>);
@@ -46,9 +46,9 @@ enum Dialect {
 ///
 /// ```
 /// use diesel::result::{DatabaseErrorKind as Kind, Error as DieselError};
-/// use outbox_core::DatabaseErrorKind;
+/// use diesel_outbox_core::DatabaseErrorKind;
 ///
-/// let error = outbox_diesel::postgres_error(DieselError::DatabaseError(
+/// let error = diesel_outbox_sql::postgres_error(DieselError::DatabaseError(
 ///     Kind::Unknown,
 ///     Box::new("deadlock detected".to_owned()),
 /// ));
@@ -66,9 +66,9 @@ pub fn postgres_error(error: DieselError) -> Error {
 ///
 /// ```
 /// use diesel::result::{DatabaseErrorKind as Kind, Error as DieselError};
-/// use outbox_core::DatabaseErrorKind;
+/// use diesel_outbox_core::DatabaseErrorKind;
 ///
-/// let error = outbox_diesel::mysql_error(DieselError::DatabaseError(
+/// let error = diesel_outbox_sql::mysql_error(DieselError::DatabaseError(
 ///     Kind::Unknown,
 ///     Box::new("Lock wait timeout exceeded; try restarting transaction".to_owned()),
 /// ));
@@ -86,9 +86,9 @@ pub fn mysql_error(error: DieselError) -> Error {
 ///
 /// ```
 /// use diesel::result::{DatabaseErrorKind as Kind, Error as DieselError};
-/// use outbox_core::DatabaseErrorKind;
+/// use diesel_outbox_core::DatabaseErrorKind;
 ///
-/// let error = outbox_diesel::sqlite_error(DieselError::DatabaseError(
+/// let error = diesel_outbox_sql::sqlite_error(DieselError::DatabaseError(
 ///     Kind::Unknown,
 ///     Box::new("database is locked".to_owned()),
 /// ));

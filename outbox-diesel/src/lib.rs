@@ -1,8 +1,8 @@
 //! diesel-async glue shared by the outbox's database backends
-//! (`outbox-postgres`, `outbox-mysql`, `outbox-sqlite`): migrations on any runtime under a
+//! (`diesel-outbox-postgres`, `diesel-outbox-mysql`, `diesel-outbox-sqlite`): migrations on any runtime under a
 //! session lock, and their SQL as text; the transaction check of `enqueue`,
 //! enqueue-then-send transactions, pools; and the classification of diesel
-//! and pool errors into `outbox_core::Error::Database`.
+//! and pool errors into `diesel_outbox_core::Error::Database`.
 //!
 //! Backend crates re-export what users need; depend on one of them rather
 //! than on this crate.
@@ -10,8 +10,8 @@
 //! ```
 //! use std::time::Duration;
 //!
-//! assert_eq!(outbox_diesel::micros(Duration::from_millis(3)), 3_000);
-//! assert_eq!(outbox_diesel::micros(Duration::MAX), i64::MAX);
+//! assert_eq!(diesel_outbox_sql::micros(Duration::from_millis(3)), 3_000);
+//! assert_eq!(diesel_outbox_sql::micros(Duration::MAX), i64::MAX);
 //! ```
 
 mod cached;

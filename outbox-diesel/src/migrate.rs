@@ -9,7 +9,7 @@ use diesel::{
 };
 use diesel_async::AsyncConnection;
 use diesel_migrations::MigrationHarness;
-use outbox_core::{BoxError, Error, Result};
+use diesel_outbox_core::{BoxError, Error, Result};
 
 use crate::{MigrationConnection, MigrationLock};
 

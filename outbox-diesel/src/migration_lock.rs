@@ -2,7 +2,7 @@
 //! database from overlapping.
 
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
-use outbox_core::Result;
+use diesel_outbox_core::Result;
 
 /// The blocking connection migrations run on: diesel's migration harness is
 /// synchronous, so it drives the caller's async connection through this

@@ -5,7 +5,7 @@
 /// `up.sql` and `down.sql`, exactly as in the crate's `migrations/` folder.
 ///
 /// ```
-/// use outbox_diesel::MigrationSql;
+/// use diesel_outbox_sql::MigrationSql;
 ///
 /// let sql = MigrationSql::new("2026-11-29-000000_create_things", "CREATE TABLE things (id INT);", "DROP TABLE things;");
 /// assert_eq!(sql.version(), "20261129000000");

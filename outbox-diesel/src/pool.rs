@@ -6,7 +6,7 @@ use diesel_async::{
     AsyncConnection,
     pooled_connection::{AsyncDieselConnectionManager, ManagerConfig, deadpool::Pool},
 };
-use outbox_core::{Error, Result};
+use diesel_outbox_core::{Error, Result};
 
 /// A deadpool pool of up to `max_size` connections to `database_url` that
 /// fails fast (5 s) when the server is unreachable, with `config` for custom

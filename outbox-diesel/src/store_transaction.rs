@@ -1,7 +1,7 @@
 //! The error of transactions the stores open on their own connections.
 
 use diesel::result::Error as DieselError;
-use outbox_core::Error;
+use diesel_outbox_core::Error;
 
 /// The error of a store transaction: the body's own, or diesel's from
 /// BEGIN/COMMIT. Backends run `conn.transaction::<T, TxError, _>(...)` and

@@ -1,7 +1,7 @@
 //! The caller's transaction: checking for one, and running one that sends after commit.
 
 use diesel_async::{AsyncConnection, TransactionManager};
-use outbox_core::{Error, Result, Store, Tx, TxBody, Worker};
+use diesel_outbox_core::{Error, Result, Store, Tx, TxBody, Worker};
 
 /// Fails with [`Error::NotTransaction`] unless `conn` is inside a transaction
 /// opened through diesel-async (`conn.transaction(...)`).

@@ -16,11 +16,11 @@ use diesel::{
     sql_types::{BigInt, Datetime, Nullable, Text},
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
-use outbox_core::{
+use diesel_outbox_core::{
     BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Status, TaskId, limits,
     transition::{self, Availability, EXPIRED_ERROR},
 };
-use outbox_diesel::{cached, mysql_error};
+use diesel_outbox_sql::{cached, mysql_error};
 
 use crate::{
     row::TaskRow,

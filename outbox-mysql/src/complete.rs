@@ -10,11 +10,11 @@ use diesel::{
     sql_types::{BigInt, Bool, Text},
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
-use outbox_core::{
+use diesel_outbox_core::{
     Result, Status,
     transition::{self, Completion},
 };
-use outbox_diesel::{micros, mysql_error};
+use diesel_outbox_sql::{micros, mysql_error};
 
 use crate::{
     keys,
@@ -25,7 +25,7 @@ use crate::{
 ///
 /// One `UPDATE` per [`MAX_PER_STATEMENT`] results, whose `WHERE` applies a
 /// result only while `id`, `lease_owner` and `attempts` still match its claim
-/// ([`outbox_core::transition::complete`] in SQL); `id IN (...)` with the
+/// ([`diesel_outbox_core::transition::complete`] in SQL); `id IN (...)` with the
 /// primary key forced keeps it there: left to itself, the optimizer may walk
 /// the `(status, ...)` index's range of running rows instead, locking other
 /// workers' rows on the way, and two concurrent writes then deadlock. Each value is picked by a searched `CASE` arm matching

@@ -1,14 +1,14 @@
 //! `discard`: an operator gives a task up ([`transition::discard`] in SQL).
 //!
-//! [`transition::discard`]: outbox_core::transition::discard
+//! [`transition::discard`]: diesel_outbox_core::transition::discard
 
 use diesel::{
     OptionalExtension, QueryableByName,
     sql_types::{BigInt, Binary, Nullable, Text},
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
-use outbox_core::{Result, TaskId};
-use outbox_diesel::mysql_error;
+use diesel_outbox_core::{Result, TaskId};
+use diesel_outbox_sql::mysql_error;
 
 use crate::{
     keys,

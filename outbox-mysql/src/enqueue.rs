@@ -13,8 +13,8 @@ use diesel::{
     sql_types::{BigInt, Blob, Datetime, Integer, Text},
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
-use outbox_core::{Error, Result, Task, TaskId};
-use outbox_diesel::{cached, mysql_error, require_transaction, uncached};
+use diesel_outbox_core::{Error, Result, Task, TaskId};
+use diesel_outbox_sql::{cached, mysql_error, require_transaction, uncached};
 
 use crate::{keys, timestamp};
 

@@ -9,7 +9,7 @@
 //! ([`transition::enqueued`]); the others are blocked until every task before
 //! them succeeded or was discarded.
 //!
-//! [`transition::enqueued`]: outbox_core::transition::enqueued
+//! [`transition::enqueued`]: diesel_outbox_core::transition::enqueued
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -19,8 +19,8 @@ use diesel::{
     sql_types::{BigInt, Binary, Text},
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
-use outbox_core::{Error, Result};
-use outbox_diesel::mysql_error;
+use diesel_outbox_core::{Error, Result};
+use diesel_outbox_sql::mysql_error;
 
 #[derive(QueryableByName)]
 struct KeyCount {
@@ -122,7 +122,7 @@ pub(crate) async fn open(
 /// the writes that finished the tasks, so its reads after the lock see every
 /// task committed by the enqueuers the lock waited for.
 ///
-/// [`transition::unblock`]: outbox_core::transition::unblock
+/// [`transition::unblock`]: diesel_outbox_core::transition::unblock
 pub(crate) async fn close(
     conn: &mut AsyncMysqlConnection,
     counts: &BTreeMap<&str, i64>,

@@ -7,8 +7,8 @@
 //!
 //! ```no_run
 //! use diesel_async::{AsyncConnection, AsyncMysqlConnection};
-//! use outbox_mysql::{run_migrations, transaction, MysqlStore};
-//! use outbox_mysql::outbox::{handler_fn, Delivery, Registry, Task, Worker};
+//! use diesel_outbox_mysql::{run_migrations, transaction, MysqlStore};
+//! use diesel_outbox_mysql::outbox::{handler_fn, Delivery, Registry, Task, Worker};
 //!
 //! # async fn demo() -> anyhow::Result<()> {
 //! let url = "mysql://root@127.0.0.1:3306/shop";
@@ -79,9 +79,9 @@ pub mod timestamp;
 mod transaction;
 
 /// The backend-free core, re-exported so one dependency is enough.
-pub use outbox_core as outbox;
+pub use diesel_outbox_core as outbox;
 
+pub use diesel_outbox_sql::MigrationSql;
 pub use migrate::{MIGRATIONS, migration_sql, revert_migrations, run_migrations};
-pub use outbox_diesel::MigrationSql;
 pub use store::MysqlStore;
 pub use transaction::transaction;

@@ -9,8 +9,8 @@ use diesel::{
     sql_types::{BigInt, Nullable, Text},
 };
 use diesel_async::RunQueryDsl;
-use outbox_core::{Maintenance, Result, Stats, Status, TaskId};
-use outbox_diesel::{cached, micros, mysql_error};
+use diesel_outbox_core::{Maintenance, Result, Stats, Status, TaskId};
+use diesel_outbox_sql::{cached, micros, mysql_error};
 
 use crate::{MysqlStore, discard};
 
@@ -49,7 +49,7 @@ const OLDEST_DUE: &str = "\
 SELECT TIMESTAMPDIFF(MICROSECOND, next_attempt_at, UTC_TIMESTAMP(6)) AS us
 FROM outbox_tasks WHERE status = 'available' ORDER BY id LIMIT 1";
 
-/// [`transition::requeue`](outbox_core::transition::requeue) in SQL.
+/// [`transition::requeue`](diesel_outbox_core::transition::requeue) in SQL.
 const REQUEUE: &str = "\
 UPDATE outbox_tasks
 SET status = 'available', next_attempt_at = UTC_TIMESTAMP(6), expires_at = NULL,

@@ -7,8 +7,8 @@ use diesel::{
     sql_types::{BigInt, Nullable, Text},
 };
 use diesel_async::AsyncConnection;
-use outbox_core::{Error, Result};
-use outbox_diesel::{MigrationConnection, MigrationLock};
+use diesel_outbox_core::{Error, Result};
+use diesel_outbox_sql::{MigrationConnection, MigrationLock};
 
 /// `GET_LOCK` for the whole run, named `outbox_migrations:` and the
 /// connection's database (cut to the server's 64-character limit).

@@ -14,8 +14,8 @@ use diesel::{
     sql_types::{BigInt, Text},
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
-use outbox_core::{Result, transition};
-use outbox_diesel::{cached, mysql_error, uncached};
+use diesel_outbox_core::{Result, transition};
+use diesel_outbox_sql::{cached, mysql_error, uncached};
 
 use crate::store_transaction::Isolation;
 

@@ -2,8 +2,8 @@
 
 use diesel::prelude::*;
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
-use outbox_core::{Record, Result, TaskId};
-use outbox_diesel::mysql_error;
+use diesel_outbox_core::{Record, Result, TaskId};
+use diesel_outbox_sql::mysql_error;
 
 use crate::{row::TaskRow, schema::outbox_tasks};
 

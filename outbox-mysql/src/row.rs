@@ -2,7 +2,7 @@
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
-use outbox_core::{Error, Record, Result, StoredRow, TaskId};
+use diesel_outbox_core::{Error, Record, Result, StoredRow, TaskId};
 
 use crate::{schema::outbox_tasks, timestamp::from_column};
 

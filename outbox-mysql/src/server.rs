@@ -2,8 +2,8 @@
 
 use diesel::{QueryableByName, sql_types::Text};
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
-use outbox_core::{Error, Result};
-use outbox_diesel::mysql_error;
+use diesel_outbox_core::{Error, Result};
+use diesel_outbox_sql::mysql_error;
 
 /// Facts about the server that change how the store works.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,12 +9,12 @@ use diesel_async::{
         deadpool::{Object, Pool},
     },
 };
-use futures_util::FutureExt;
-use outbox_core::{
+use diesel_outbox_core::{
     BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Store, Task, TaskId,
     telemetry, transition::Completion,
 };
-use outbox_diesel::mysql_pool_error;
+use diesel_outbox_sql::mysql_pool_error;
+use futures_util::FutureExt;
 use tokio::sync::OnceCell;
 
 use crate::{
@@ -74,7 +74,7 @@ impl MysqlStore {
             }
             .boxed()
         });
-        let pool = outbox_diesel::build_pool(database_url, max_size, config)?;
+        let pool = diesel_outbox_sql::build_pool(database_url, max_size, config)?;
         Ok(Self {
             isolation: Isolation::Session,
             ..Self::new(pool)
@@ -114,7 +114,7 @@ impl Store for MysqlStore {
         conn: &mut AsyncMysqlConnection,
         tasks: Vec<Task>,
     ) -> Result<Vec<TaskId>> {
-        outbox_diesel::require_transaction(conn)?;
+        diesel_outbox_sql::require_transaction(conn)?;
         let consecutive_ids = self.server(conn).await?.consecutive_ids;
         let ids = enqueue::many(conn, tasks, consecutive_ids).await?;
         telemetry::enqueued(ids.len());

@@ -1,8 +1,8 @@
 //! Transactions the store opens on its own connections.
 
 use diesel_async::{AsyncConnection, AsyncMysqlConnection, SimpleAsyncConnection};
-use outbox_core::{Result, TxBody};
-use outbox_diesel::{TxError, mysql_error};
+use diesel_outbox_core::{Result, TxBody};
+use diesel_outbox_sql::{TxError, mysql_error};
 
 /// How the store's own connections run at READ COMMITTED.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

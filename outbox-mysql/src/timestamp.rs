@@ -12,7 +12,7 @@
 //! anything is written.
 
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
-use outbox_core::{Error, Result};
+use diesel_outbox_core::{Error, Result};
 
 fn bound(
     year: i32,

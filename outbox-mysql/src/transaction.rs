@@ -1,7 +1,7 @@
 //! [`transaction`]: business writes and enqueues in one transaction, sent after commit.
 
 use diesel_async::AsyncMysqlConnection;
-use outbox_core::{Tx, TxBody, Worker};
+use diesel_outbox_core::{Tx, TxBody, Worker};
 
 use crate::MysqlStore;
 
@@ -13,8 +13,8 @@ use crate::MysqlStore;
 ///
 /// ```no_run
 /// use diesel_async::AsyncMysqlConnection;
-/// use outbox_mysql::{transaction, MysqlStore};
-/// use outbox_mysql::outbox::{Task, Worker};
+/// use diesel_outbox_mysql::{transaction, MysqlStore};
+/// use diesel_outbox_mysql::outbox::{Task, Worker};
 ///
 /// # async fn demo(worker: Worker<MysqlStore>, conn: &mut AsyncMysqlConnection) -> anyhow::Result<()> {
 /// transaction(&worker, conn, async |mut tx| {
@@ -39,5 +39,5 @@ where
     E: From<diesel::result::Error> + Send,
     R: Send,
 {
-    outbox_diesel::transaction(worker, conn, body).await
+    diesel_outbox_sql::transaction(worker, conn, body).await
 }

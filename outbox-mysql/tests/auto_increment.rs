@@ -3,8 +3,8 @@
 //! `auto_increment_increment` to the node count).
 
 use diesel_async::{AsyncConnection, SimpleAsyncConnection};
-use outbox_mysql::outbox::{Store, Task};
-use outbox_testkit::{TestBackend, mysql::MysqlTestDb};
+use diesel_outbox_mysql::outbox::{Store, Task};
+use diesel_outbox_testkit::{TestBackend, mysql::MysqlTestDb};
 
 fn task(n: usize) -> Task {
     Task::new("order.created", 1, format!("{{\"order\":{n}}}"))

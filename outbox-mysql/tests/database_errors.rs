@@ -11,11 +11,11 @@ use diesel_async::{
     AnsiTransactionManager, AsyncConnection, AsyncMysqlConnection, RunQueryDsl,
     SimpleAsyncConnection, TransactionManager,
 };
-use outbox_mysql::{
+use diesel_outbox_mysql::{
     MysqlStore,
     outbox::{DatabaseErrorKind, Error, Store, Task, TaskId},
 };
-use outbox_testkit::{TestBackend, mysql::MysqlTestDb};
+use diesel_outbox_testkit::{TestBackend, mysql::MysqlTestDb};
 use tokio::sync::Barrier;
 
 /// Enqueues `tasks` in one transaction on `conn`; the outbox error if any.

@@ -2,7 +2,7 @@
 //! is specific to this backend. One binary, so the linker runs once.
 
 mod conformance {
-    outbox_testkit::conformance_tests!(outbox_testkit::mysql::MysqlTestDb);
+    diesel_outbox_testkit::conformance_tests!(diesel_outbox_testkit::mysql::MysqlTestDb);
 }
 mod auto_increment;
 mod database_errors;

@@ -6,8 +6,8 @@ use diesel::{
     sql_types::{BigInt, Nullable, Text},
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
-use outbox_mysql::{MysqlStore, run_migrations};
-use outbox_testkit::{TestBackend, mysql::MysqlTestDb};
+use diesel_outbox_mysql::{MysqlStore, run_migrations};
+use diesel_outbox_testkit::{TestBackend, mysql::MysqlTestDb};
 
 #[derive(QueryableByName)]
 struct Lock {

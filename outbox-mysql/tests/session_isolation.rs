@@ -3,7 +3,7 @@
 
 use diesel::{QueryableByName, sql_types::BigInt};
 use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
-use outbox_testkit::{TestBackend, mysql::MysqlTestDb};
+use diesel_outbox_testkit::{TestBackend, mysql::MysqlTestDb};
 
 #[derive(QueryableByName)]
 struct Value {

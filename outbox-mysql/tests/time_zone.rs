@@ -5,12 +5,12 @@ use diesel_async::{
     AsyncConnection, AsyncMysqlConnection, SimpleAsyncConnection,
     pooled_connection::{AsyncDieselConnectionManager, ManagerConfig, deadpool::Pool},
 };
-use futures_util::FutureExt;
-use outbox_mysql::{
+use diesel_outbox_mysql::{
     MysqlStore,
     outbox::{Error, Registry, Status, Store, Task, TaskId, Worker},
 };
-use outbox_testkit::{TestBackend, handler, mysql::MysqlTestDb};
+use diesel_outbox_testkit::{TestBackend, handler, mysql::MysqlTestDb};
+use futures_util::FutureExt;
 
 const ZONES: [&str; 3] = ["+05:30", "SYSTEM", "-08:00"];
 

@@ -2,10 +2,10 @@
 //! key that is not UTF-8: that row fails on its own, naming the column, and
 //! every other task is delivered.
 
-use outbox_mysql::outbox::{
+use diesel_outbox_mysql::outbox::{
     Delivery, Error, HandlerError, Registry, Status, Store, Worker, handler_fn,
 };
-use outbox_testkit::{TestBackend, mysql::MysqlTestDb};
+use diesel_outbox_testkit::{TestBackend, mysql::MysqlTestDb};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_that_is_not_utf8_fails_its_row_alone() {
@@ -36,7 +36,9 @@ async fn a_key_that_is_not_utf8_fails_its_row_alone() {
         .expect("the round is not stopped");
     assert_eq!(round.succeeded, 2, "{round:?}");
 
-    let ids: Vec<_> = (1..=3).map(outbox_mysql::outbox::TaskId::new).collect();
+    let ids: Vec<_> = (1..=3)
+        .map(diesel_outbox_mysql::outbox::TaskId::new)
+        .collect();
     assert_eq!(
         db.store().get(ids[0]).await.expect("good row").status,
         Status::Succeeded

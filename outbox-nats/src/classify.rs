@@ -4,7 +4,7 @@ use async_nats::jetstream::{
     self, ErrorCode,
     context::{PublishError, PublishErrorKind},
 };
-use outbox_core::HandlerError;
+use diesel_outbox_core::HandlerError;
 
 /// JetStream error codes no retry can fix: the message is too large for the
 /// stream, or the subject is captured by a stream other than the expected one.

@@ -3,7 +3,7 @@
 use std::str::FromStr;
 
 use async_nats::HeaderMap;
-use outbox_core::{Headers, TaskId};
+use diesel_outbox_core::{Headers, TaskId};
 
 use crate::{DecodeError, headers};
 

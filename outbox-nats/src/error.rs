@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// What went wrong outside a publish (publishes fail with a
-/// [`HandlerError`](outbox_core::HandlerError), classified retryable or permanent).
+/// [`HandlerError`](diesel_outbox_core::HandlerError), classified retryable or permanent).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum NatsError {

@@ -1,7 +1,7 @@
 //! The NATS headers an outbox message carries.
 
 use async_nats::{HeaderMap, HeaderName, HeaderValue};
-use outbox_core::{Delivery, HandlerError};
+use diesel_outbox_core::{Delivery, HandlerError};
 use std::str::FromStr;
 
 /// The task id, as a decimal number.

@@ -1,6 +1,6 @@
 //! Publish outbox tasks to NATS JetStream, with replays made harmless.
 //!
-//! [`JetStreamPublisher`] is a [`Handler`](outbox_core::Handler): register it
+//! [`JetStreamPublisher`] is a [`Handler`](diesel_outbox_core::Handler): register it
 //! for the `(kind, version)` pairs it routes, and the worker or relay
 //! publishes each task to its subject. It succeeds only on a valid
 //! acknowledgement from the expected stream, and sets `Nats-Msg-Id` from the
@@ -13,8 +13,8 @@
 //! use std::time::Duration;
 //!
 //! use futures_util::StreamExt;
-//! use outbox_core::Registry;
-//! use outbox_nats::{JetStreamPublisher, StreamSpec, decode};
+//! use diesel_outbox_core::Registry;
+//! use diesel_outbox_nats::{JetStreamPublisher, StreamSpec, decode};
 //!
 //! # async fn demo() -> anyhow::Result<()> {
 //! let client = async_nats::connect("nats://127.0.0.1:4222").await?;
@@ -56,7 +56,7 @@
 //! window (2 minutes by default). The relay retries with exponential backoff
 //! (up to 10 minutes by default), so a replay that comes later than the
 //! window is stored again. Either keep retries inside the window (a
-//! [`RetryPolicy`](outbox_core::RetryPolicy) whose cap is below it), widen the
+//! [`RetryPolicy`](diesel_outbox_core::RetryPolicy) whose cap is below it), widen the
 //! window ([`StreamSpec::duplicate_window`]), or deduplicate downstream by
 //! [`Received::id`], which never changes between attempts.
 //!

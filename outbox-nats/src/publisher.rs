@@ -4,7 +4,7 @@ use std::{collections::HashMap, fmt, sync::Arc};
 
 use async_nats::jetstream::{self, message::PublishMessage};
 use async_trait::async_trait;
-use outbox_core::{Delivery, Handler, HandlerError, HandlerKey, RegistryBuilder};
+use diesel_outbox_core::{Delivery, Handler, HandlerError, HandlerKey, RegistryBuilder};
 
 use crate::{NatsError, classify, headers, subject};
 
@@ -73,7 +73,7 @@ impl JetStreamPublisher {
     }
 
     /// The `Nats-Msg-Id` of a task.
-    pub fn message_id(&self, id: outbox_core::TaskId) -> String {
+    pub fn message_id(&self, id: diesel_outbox_core::TaskId) -> String {
         format!("{}:{id}", self.inner.message_id_prefix)
     }
 

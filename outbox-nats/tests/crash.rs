@@ -5,15 +5,15 @@ use std::{collections::HashSet, process::Stdio, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use diesel_async::AsyncConnection;
-use outbox_nats::{JetStreamPublisher, decode_parts};
-use outbox_postgres::{
+use diesel_outbox_nats::{JetStreamPublisher, decode_parts};
+use diesel_outbox_postgres::{
     PgStore,
     outbox::{
         Delivery, Handler, HandlerError, Maintenance, Registry, Relay, RelayConfig, Store, Task,
         Worker, WorkerConfig, handler_fn,
     },
 };
-use outbox_testkit::{
+use diesel_outbox_testkit::{
     TestBackend, conformance::crash::test_name, nats::TestStream, postgres::PgTestDb,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -68,7 +68,9 @@ async fn nats_relay_child() {
         return;
     };
     let db = PgTestDb::attach(&url).await.expect("attach");
-    let jetstream = outbox_testkit::nats::jetstream().await.expect("nats");
+    let jetstream = diesel_outbox_testkit::nats::jetstream()
+        .await
+        .expect("nats");
     let handler = publishing(&prefix, jetstream).expect("publisher");
     relay(db.store().clone(), handler, "child")
         .expect("relay")
@@ -126,7 +128,7 @@ async fn a_killed_relay_leaves_one_message_per_task() {
         let shutdown = shutdown.clone();
         async move { relay.run(shutdown).await }
     });
-    outbox_testkit::wait::eventually(async || Ok(db.store().stats().await?.backlog() == 0))
+    diesel_outbox_testkit::wait::eventually(async || Ok(db.store().stats().await?.backlog() == 0))
         .await
         .expect("every task delivered");
     shutdown.cancel();

@@ -3,14 +3,14 @@
 use std::collections::BTreeMap;
 
 use diesel_async::AsyncConnection;
-use outbox_nats::{JetStreamPublisher, NatsError, StreamSpec, decode_parts, headers};
-use outbox_postgres::{
+use diesel_outbox_nats::{JetStreamPublisher, NatsError, StreamSpec, decode_parts, headers};
+use diesel_outbox_postgres::{
     PgStore,
     outbox::{
         Delivery, Error, Registry, RetryPolicy, Status, Store, Task, TaskId, Worker, WorkerConfig,
     },
 };
-use outbox_testkit::{TestBackend, nats::TestStream, postgres::PgTestDb};
+use diesel_outbox_testkit::{TestBackend, nats::TestStream, postgres::PgTestDb};
 
 fn publisher(stream: &TestStream) -> JetStreamPublisher {
     JetStreamPublisher::builder(stream.jetstream().clone())
@@ -140,7 +140,7 @@ async fn a_missing_stream_is_retried_and_an_oversized_message_fails_for_good() {
 
     // The whole message (payload plus headers) exceeds max_payload.
     let max = stream.jetstream().client().server_info().max_payload;
-    let big = vec![b'x'; max.min(outbox_postgres::outbox::limits::MAX_PAYLOAD_BYTES)];
+    let big = vec![b'x'; max.min(diesel_outbox_postgres::outbox::limits::MAX_PAYLOAD_BYTES)];
     let id = enqueue(&db, Task::new("order.created", 1, big)).await;
     let oversized = worker.send(id).await;
     assert!(

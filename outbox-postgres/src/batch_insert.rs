@@ -16,8 +16,8 @@ use diesel::{
 };
 use diesel_async::AsyncPgConnection;
 use diesel_async::RunQueryDsl;
-use outbox_core::{Error, Result, Task, TaskId};
-use outbox_diesel::postgres_error;
+use diesel_outbox_core::{Error, Result, Task, TaskId};
+use diesel_outbox_sql::postgres_error;
 
 #[derive(QueryableByName)]
 struct NewId {
@@ -43,7 +43,7 @@ fn spread<T: PartialEq + Clone>(values: Vec<Option<T>>) -> Spread<Option<T>> {
     }
 }
 
-type Query<'a> = outbox_diesel::CachedQuery<'a, Pg>;
+type Query<'a> = diesel_outbox_sql::CachedQuery<'a, Pg>;
 
 /// Accumulates the statement and its binds together, so `$n` always matches.
 struct Builder<'a> {
@@ -144,7 +144,7 @@ pub(crate) async fn insert(
     let mut b = Builder {
         // Its text takes one of a few shapes (which columns vary by row), so
         // each connection prepares it once per shape.
-        query: Some(outbox_diesel::cached("")),
+        query: Some(diesel_outbox_sql::cached("")),
         params: 0,
         exprs: Vec::new(),
         arrays: Vec::new(),

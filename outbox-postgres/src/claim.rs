@@ -13,12 +13,12 @@ use diesel::{
     sql_types::{BigInt, Nullable, Text, Timestamptz},
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use outbox_core::{
+use diesel_outbox_core::{
     BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, StoredRow, TaskId,
     transition::{self, Availability, EXPIRED_ERROR, Fence},
 };
 
-use outbox_diesel::{cached, micros, postgres_error};
+use diesel_outbox_sql::{cached, micros, postgres_error};
 
 use crate::{complete, row::TaskRow};
 
@@ -72,7 +72,7 @@ pub(crate) async fn one(
             return match record.into_iter().next() {
                 Some(record) => Ok(ClaimOutcome::Claimed(Box::new(record))),
                 // Unreadable: `decode_claimed` failed the task; `get` says why.
-                None => Ok(ClaimOutcome::Finished(outbox_core::Status::Failed)),
+                None => Ok(ClaimOutcome::Finished(diesel_outbox_core::Status::Failed)),
             };
         }
         let inspected: Option<Inspected> = cached(INSPECT_SQL)

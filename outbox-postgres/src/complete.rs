@@ -9,11 +9,11 @@ use diesel::{
     sql_types::{Array, BigInt, Bool, Nullable, Text},
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use outbox_core::{
+use diesel_outbox_core::{
     Result, Status,
     transition::{self, Completion},
 };
-use outbox_diesel::{cached, micros, postgres_error};
+use diesel_outbox_sql::{cached, micros, postgres_error};
 
 use crate::{keys, store_transaction::store_transaction};
 

@@ -1,14 +1,14 @@
 //! `discard`: an operator gives a task up ([`transition::discard`] in SQL).
 //!
-//! [`transition::discard`]: outbox_core::transition::discard
+//! [`transition::discard`]: diesel_outbox_core::transition::discard
 
 use diesel::{
     OptionalExtension, QueryableByName,
     sql_types::{BigInt, Nullable, Text},
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use outbox_core::{Result, TaskId};
-use outbox_diesel::{cached, postgres_error};
+use diesel_outbox_core::{Result, TaskId};
+use diesel_outbox_sql::{cached, postgres_error};
 
 use crate::{keys, store_transaction::store_transaction};
 

@@ -7,8 +7,8 @@ use diesel::{
     sql_types::{Array, BigInt, Bool, Bytea, Integer, Jsonb, Nullable, Text, Timestamptz},
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use outbox_core::{Error, Result, Task, TaskId};
-use outbox_diesel::{cached, postgres_error, require_transaction};
+use diesel_outbox_core::{Error, Result, Task, TaskId};
+use diesel_outbox_sql::{cached, postgres_error, require_transaction};
 
 use crate::{batch_insert, keys, schema::outbox_tasks, timestamp};
 
@@ -58,7 +58,7 @@ impl Inserted1 {
 
 /// One row, every column bound (absent ones as NULL), so the text never
 /// varies and each connection prepares it once. The status is
-/// [`transition::enqueued`](outbox_core::transition::enqueued): blocked
+/// [`transition::enqueued`](diesel_outbox_core::transition::enqueued): blocked
 /// unless the task heads its key, else waiting while its `not_before` (on
 /// the database clock) is ahead.
 const INSERT_ONE: &str = "\

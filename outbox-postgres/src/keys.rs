@@ -15,8 +15,8 @@ use diesel::{
     sql_types::{Array, BigInt, Text},
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use outbox_core::Result;
-use outbox_diesel::{cached, postgres_error};
+use diesel_outbox_core::Result;
+use diesel_outbox_sql::{cached, postgres_error};
 
 #[derive(QueryableByName)]
 struct KeyCount {
@@ -106,7 +106,7 @@ SELECT COUNT(*) AS open_tasks, '' AS ordering_key FROM unblocked";
 /// their row. Runs inside the caller's transaction, after the writes that
 /// finished the tasks.
 ///
-/// [`transition::unblock`]: outbox_core::transition::unblock
+/// [`transition::unblock`]: diesel_outbox_core::transition::unblock
 pub(crate) async fn close(
     conn: &mut AsyncPgConnection,
     counts: &BTreeMap<&str, i64>,

@@ -6,8 +6,8 @@
 //!
 //! ```no_run
 //! use diesel_async::{AsyncConnection, AsyncPgConnection};
-//! use outbox_postgres::{run_migrations, PgStore};
-//! use outbox_postgres::outbox::{handler_fn, Delivery, Registry, Store, Task, Worker};
+//! use diesel_outbox_postgres::{run_migrations, PgStore};
+//! use diesel_outbox_postgres::outbox::{handler_fn, Delivery, Registry, Store, Task, Worker};
 //!
 //! # async fn demo() -> anyhow::Result<()> {
 //! let url = "postgres://postgres@127.0.0.1:5432/shop";
@@ -32,7 +32,7 @@
 //!     })
 //!     .await?;
 //! worker.send_async(id); // ...and send after commit; a failure is retried later
-//! // (`outbox_postgres::transaction` does both in one call.)
+//! // (`diesel_outbox_postgres::transaction` does both in one call.)
 //!
 //! // Elsewhere, periodically, on any number of instances:
 //! worker.retry_pending(100).await?;
@@ -64,11 +64,11 @@ pub mod timestamp;
 mod transaction;
 
 /// The backend-free core, re-exported so one dependency is enough.
-pub use outbox_core as outbox;
+pub use diesel_outbox_core as outbox;
 
+pub use diesel_outbox_sql::MigrationSql;
 pub use maintenance::CHANNEL;
 pub use migrate::{MIGRATIONS, migration_sql, revert_migrations, run_migrations};
-pub use outbox_diesel::MigrationSql;
 pub use store::PgStore;
 pub use transaction::transaction;
 

@@ -8,9 +8,9 @@ use diesel::{
     sql_types::{BigInt, Nullable, Text},
 };
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
+use diesel_outbox_core::{Maintenance, Result, Stats, Status, TaskId, Wakeups};
+use diesel_outbox_sql::{cached, micros, postgres_error};
 use futures_util::StreamExt;
-use outbox_core::{Maintenance, Result, Stats, Status, TaskId, Wakeups};
-use outbox_diesel::{cached, micros, postgres_error};
 use tokio::sync::mpsc;
 
 use crate::{PgStore, discard};
@@ -59,7 +59,7 @@ const EXACT_BELOW: i64 = 100_000;
 const COUNT_SUCCEEDED: &str =
     "SELECT 'succeeded' AS status, COUNT(*) AS n FROM outbox_tasks WHERE status = 'succeeded'";
 
-/// [`transition::requeue`](outbox_core::transition::requeue) in SQL.
+/// [`transition::requeue`](diesel_outbox_core::transition::requeue) in SQL.
 const REQUEUE: &str = "\
 UPDATE outbox_tasks
 SET status = 'available', next_attempt_at = now(), expires_at = NULL, finished_at = NULL,

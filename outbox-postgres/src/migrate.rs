@@ -4,8 +4,8 @@
 use diesel::pg::Pg;
 use diesel_async::AsyncConnection;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
-use outbox_core::Result;
-use outbox_diesel::MigrationSql;
+use diesel_outbox_core::Result;
+use diesel_outbox_sql::MigrationSql;
 
 use crate::migration_lock::AdvisoryLock;
 
@@ -36,7 +36,7 @@ pub async fn run_migrations<C>(conn: C) -> Result<Vec<String>>
 where
     C: AsyncConnection<Backend = Pg> + 'static,
 {
-    outbox_diesel::run_migrations(conn, MIGRATIONS, AdvisoryLock).await
+    diesel_outbox_sql::run_migrations(conn, MIGRATIONS, AdvisoryLock).await
 }
 
 /// Reverts the applied outbox migrations, newest first (dropping
@@ -49,7 +49,7 @@ pub async fn revert_migrations<C>(conn: C) -> Result<Vec<String>>
 where
     C: AsyncConnection<Backend = Pg> + 'static,
 {
-    outbox_diesel::revert_migrations(conn, MIGRATIONS, AdvisoryLock).await
+    diesel_outbox_sql::revert_migrations(conn, MIGRATIONS, AdvisoryLock).await
 }
 
 /// The SQL of every outbox migration, oldest first, with its version: the
@@ -62,7 +62,7 @@ where
 /// `__diesel_schema_migrations`, under [`version`](MigrationSql::version).
 ///
 /// ```
-/// let sql = outbox_postgres::migration_sql();
+/// let sql = diesel_outbox_postgres::migration_sql();
 /// assert!(sql[0].up().contains("CREATE TABLE outbox_tasks"));
 /// assert!(sql[0].down().contains("DROP TABLE outbox_tasks"));
 /// ```

@@ -3,8 +3,8 @@
 
 use diesel::{RunQueryDsl, pg::Pg, sql_types::BigInt};
 use diesel_async::AsyncConnection;
-use outbox_core::{Error, Result};
-use outbox_diesel::{MigrationConnection, MigrationLock};
+use diesel_outbox_core::{Error, Result};
+use diesel_outbox_sql::{MigrationConnection, MigrationLock};
 
 /// The advisory-lock key of outbox migration runs: the 64-bit FNV-1a hash of
 /// the name `outbox migrations`, fixed so that every release agrees on it.

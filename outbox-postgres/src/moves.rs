@@ -5,8 +5,8 @@
 
 use diesel::sql_types::{BigInt, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use outbox_core::{Result, transition};
-use outbox_diesel::{cached, postgres_error};
+use diesel_outbox_core::{Result, transition};
+use diesel_outbox_sql::{cached, postgres_error};
 
 /// [`transition::promote`] in SQL.
 const PROMOTE: &str = "\

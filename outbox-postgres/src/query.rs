@@ -2,8 +2,8 @@
 
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use outbox_core::{Record, Result, TaskId};
-use outbox_diesel::postgres_error;
+use diesel_outbox_core::{Record, Result, TaskId};
+use diesel_outbox_sql::postgres_error;
 
 use crate::{row::TaskRow, schema::outbox_tasks};
 

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use outbox_core::{Error, Record, Result, StoredRow};
+use diesel_outbox_core::{Error, Record, Result, StoredRow};
 
 use crate::schema::outbox_tasks;
 

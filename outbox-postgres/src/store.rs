@@ -7,11 +7,11 @@ use diesel_async::{
         deadpool::{Object, Pool},
     },
 };
-use outbox_core::{
+use diesel_outbox_core::{
     BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Store, Task, TaskId,
     telemetry, transition::Completion,
 };
-use outbox_diesel::{cached, postgres_error, postgres_pool_error};
+use diesel_outbox_sql::{cached, postgres_error, postgres_pool_error};
 
 use diesel_async::RunQueryDsl;
 
@@ -78,7 +78,7 @@ impl PgStore {
     pub fn connect(database_url: &str, max_size: usize) -> Result<Self> {
         let mut config = ManagerConfig::default();
         config.recycling_method = RecyclingMethod::Fast;
-        let pool = outbox_diesel::build_pool(database_url, max_size, config)?;
+        let pool = diesel_outbox_sql::build_pool(database_url, max_size, config)?;
         Ok(Self::new(pool))
     }
 

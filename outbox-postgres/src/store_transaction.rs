@@ -1,8 +1,8 @@
 //! Transactions the store opens on its own connections.
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
-use outbox_core::{Result, TxBody};
-use outbox_diesel::{TxError, postgres_error};
+use diesel_outbox_core::{Result, TxBody};
+use diesel_outbox_sql::{TxError, postgres_error};
 
 /// Runs `body` in a transaction on `conn`, a connection of the store's pool
 /// (never the caller's); it rolls back when the body fails.

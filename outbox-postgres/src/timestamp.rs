@@ -7,7 +7,7 @@
 //! reaches the database, where it would abort the caller's transaction.
 
 use chrono::{DateTime, NaiveDate, Utc};
-use outbox_core::{Error, Result};
+use diesel_outbox_core::{Error, Result};
 
 /// The earliest instant `TIMESTAMPTZ` holds: 4714-11-24 BC (year -4713) 00:00 UTC.
 pub fn min_instant() -> Option<DateTime<Utc>> {

@@ -1,7 +1,7 @@
 //! [`transaction`]: business writes and enqueues in one transaction, sent after commit.
 
 use diesel_async::AsyncPgConnection;
-use outbox_core::{Tx, TxBody, Worker};
+use diesel_outbox_core::{Tx, TxBody, Worker};
 
 use crate::PgStore;
 
@@ -13,8 +13,8 @@ use crate::PgStore;
 ///
 /// ```no_run
 /// use diesel_async::AsyncPgConnection;
-/// use outbox_postgres::{transaction, PgStore};
-/// use outbox_postgres::outbox::{Task, Worker};
+/// use diesel_outbox_postgres::{transaction, PgStore};
+/// use diesel_outbox_postgres::outbox::{Task, Worker};
 ///
 /// # async fn demo(worker: Worker<PgStore>, conn: &mut AsyncPgConnection) -> anyhow::Result<()> {
 /// let order_id = transaction(&worker, conn, async |mut tx| {
@@ -40,5 +40,5 @@ where
     E: From<diesel::result::Error> + Send,
     R: Send,
 {
-    outbox_diesel::transaction(worker, conn, body).await
+    diesel_outbox_sql::transaction(worker, conn, body).await
 }

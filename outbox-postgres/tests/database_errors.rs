@@ -8,11 +8,11 @@ use diesel_async::{
     AnsiTransactionManager, AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection,
     TransactionManager,
 };
-use outbox_postgres::{
+use diesel_outbox_postgres::{
     PgStore,
     outbox::{DatabaseErrorKind, Error, Store, Task, TaskId},
 };
-use outbox_testkit::{TestBackend, postgres::PgTestDb};
+use diesel_outbox_testkit::{TestBackend, postgres::PgTestDb};
 use tokio::sync::Barrier;
 
 /// Enqueues `tasks` in one transaction on `conn`; the outbox error if any.

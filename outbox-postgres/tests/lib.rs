@@ -2,7 +2,7 @@
 //! specific to this backend. One binary, so the linker runs once.
 
 mod conformance {
-    outbox_testkit::conformance_tests!(outbox_testkit::postgres::PgTestDb);
+    diesel_outbox_testkit::conformance_tests!(diesel_outbox_testkit::postgres::PgTestDb);
 }
 mod database_errors;
 mod migration_lock;

@@ -6,8 +6,8 @@ use diesel::{
     sql_types::{BigInt, Bool},
 };
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
-use outbox_postgres::{PgStore, run_migrations};
-use outbox_testkit::{TestBackend, postgres::PgTestDb};
+use diesel_outbox_postgres::{PgStore, run_migrations};
+use diesel_outbox_testkit::{TestBackend, postgres::PgTestDb};
 
 /// The key the docs name: FNV-1a of `outbox migrations`.
 const LOCK_KEY: i64 = 6_958_026_779_691_657_285;

@@ -4,11 +4,11 @@ use std::time::{Duration, Instant};
 
 use diesel::{QueryableByName, sql_types::Bool};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use outbox_postgres::{
+use diesel_outbox_postgres::{
     PgStore,
     outbox::{Registry, Relay, RelayConfig, Store, Task, Worker},
 };
-use outbox_testkit::{TestBackend, handler, postgres::PgTestDb};
+use diesel_outbox_testkit::{TestBackend, handler, postgres::PgTestDb};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,8 +3,8 @@
 
 use diesel::{QueryableByName, sql_types::Integer};
 use diesel_async::RunQueryDsl;
-use outbox_core::Maintenance;
-use outbox_testkit::{TestBackend, postgres::PgTestDb};
+use diesel_outbox_core::Maintenance;
+use diesel_outbox_testkit::{TestBackend, postgres::PgTestDb};
 
 #[derive(QueryableByName)]
 struct Pid {

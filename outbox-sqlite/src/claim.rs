@@ -16,12 +16,12 @@ use diesel::{
     sqlite::Sqlite,
 };
 use diesel_async::RunQueryDsl;
-use outbox_core::{
+use diesel_outbox_core::{
     BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Status, StoredRow, TaskId,
     limits,
     transition::{self, Availability, EXPIRED_ERROR, Fence},
 };
-use outbox_diesel::{cached, sqlite_error};
+use diesel_outbox_sql::{cached, sqlite_error};
 
 use crate::{
     AsyncSqliteConnection, complete,

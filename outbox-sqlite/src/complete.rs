@@ -11,11 +11,11 @@ use diesel::{
     sqlite::Sqlite,
 };
 use diesel_async::RunQueryDsl;
-use outbox_core::{
+use diesel_outbox_core::{
     Result, Status,
     transition::{self, Completion},
 };
-use outbox_diesel::sqlite_error;
+use diesel_outbox_sql::sqlite_error;
 
 use crate::{
     AsyncSqliteConnection, keys,

@@ -21,7 +21,7 @@
 //! read to a write, the upgrade SQLite refuses at once with `SQLITE_BUSY`
 //! when another connection wrote in between.
 //!
-//! [`DatabaseErrorKind::LockTimeout`]: outbox_core::DatabaseErrorKind::LockTimeout
+//! [`DatabaseErrorKind::LockTimeout`]: diesel_outbox_core::DatabaseErrorKind::LockTimeout
 
 use std::time::Duration;
 
@@ -29,7 +29,7 @@ use diesel::{ConnectionError, ConnectionResult, SqliteConnection};
 use diesel_async::{
     AsyncConnection, SimpleAsyncConnection, sync_connection_wrapper::SyncConnectionWrapper,
 };
-use outbox_core::{Error, Result};
+use diesel_outbox_core::{Error, Result};
 
 /// diesel-async's connection over diesel's `SqliteConnection`: each
 /// statement runs on tokio's blocking pool.
@@ -57,8 +57,8 @@ pub fn settings_sql() -> String {
 /// of its own.
 ///
 /// ```no_run
-/// # async fn demo() -> outbox_sqlite::outbox::Result<()> {
-/// let conn = outbox_sqlite::establish("orders.db").await?;
+/// # async fn demo() -> diesel_outbox_sqlite::outbox::Result<()> {
+/// let conn = diesel_outbox_sqlite::establish("orders.db").await?;
 /// # drop(conn);
 /// # Ok(())
 /// # }
@@ -67,7 +67,7 @@ pub async fn establish(database_url: &str) -> Result<AsyncSqliteConnection> {
     check_url(database_url)?;
     open(database_url)
         .await
-        .map_err(outbox_diesel::sqlite_connection_error)
+        .map_err(diesel_outbox_sql::sqlite_connection_error)
 }
 
 /// Refuses URLs that name an in-memory database, naming the field.

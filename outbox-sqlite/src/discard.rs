@@ -1,6 +1,6 @@
 //! `discard`: an operator gives a task up ([`transition::discard`] in SQL).
 //!
-//! [`transition::discard`]: outbox_core::transition::discard
+//! [`transition::discard`]: diesel_outbox_core::transition::discard
 
 use diesel::{
     OptionalExtension, QueryableByName,
@@ -8,8 +8,8 @@ use diesel::{
     sqlite::Sqlite,
 };
 use diesel_async::RunQueryDsl;
-use outbox_core::{Result, TaskId};
-use outbox_diesel::{cached, sqlite_error};
+use diesel_outbox_core::{Result, TaskId};
+use diesel_outbox_sql::{cached, sqlite_error};
 
 use crate::{
     AsyncSqliteConnection, keys,

@@ -12,8 +12,8 @@ use diesel::{
     sqlite::Sqlite,
 };
 use diesel_async::RunQueryDsl;
-use outbox_core::{Error, Result, Status, Task, TaskId, transition};
-use outbox_diesel::{cached, require_transaction, sqlite_error, uncached};
+use diesel_outbox_core::{Error, Result, Status, Task, TaskId, transition};
+use diesel_outbox_sql::{cached, require_transaction, sqlite_error, uncached};
 
 use crate::{
     AsyncSqliteConnection, keys,
@@ -281,7 +281,7 @@ fn run_end(rows: &[Row], start: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use outbox_core::Status;
+    use diesel_outbox_core::Status;
 
     use super::*;
 

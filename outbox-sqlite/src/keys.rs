@@ -9,7 +9,7 @@
 //! ([`transition::enqueued`]); the others are blocked until every task
 //! before them succeeded or was discarded.
 //!
-//! [`transition::enqueued`]: outbox_core::transition::enqueued
+//! [`transition::enqueued`]: diesel_outbox_core::transition::enqueued
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -20,8 +20,8 @@ use diesel::{
     sqlite::Sqlite,
 };
 use diesel_async::RunQueryDsl;
-use outbox_core::Result;
-use outbox_diesel::{cached, sqlite_error, uncached};
+use diesel_outbox_core::Result;
+use diesel_outbox_sql::{cached, sqlite_error, uncached};
 
 use crate::{AsyncSqliteConnection, timestamp::to_micros};
 
@@ -97,7 +97,7 @@ pub(crate) async fn open(
 /// open task lose their row. Runs inside the caller's write transaction,
 /// after the writes that finished the tasks.
 ///
-/// [`transition::unblock`]: outbox_core::transition::unblock
+/// [`transition::unblock`]: diesel_outbox_core::transition::unblock
 pub(crate) async fn close(
     conn: &mut AsyncSqliteConnection,
     counts: &BTreeMap<&str, i64>,

@@ -7,8 +7,8 @@
 //! the backend for one host, embedded services, and tests.
 //!
 //! ```
-//! use outbox_sqlite::{establish, run_migrations, transaction, SqliteStore};
-//! use outbox_sqlite::outbox::{handler_fn, Delivery, Registry, Task, Worker};
+//! use diesel_outbox_sqlite::{establish, run_migrations, transaction, SqliteStore};
+//! use diesel_outbox_sqlite::outbox::{handler_fn, Delivery, Registry, Task, Worker};
 //!
 //! # #[tokio::main]
 //! # async fn main() -> anyhow::Result<()> {
@@ -67,7 +67,7 @@
 //! # What SQLite is for
 //!
 //! One host: a service that keeps its data in a SQLite file, embedded and
-//! edge applications, demos, and tests (`outbox-testkit`'s `SqliteTestDb`).
+//! edge applications, demos, and tests (`diesel-outbox-testkit`'s `SqliteTestDb`).
 //! Not services on several hosts, nor a network file system, nor more
 //! commits than one writer at a time can make (each waits for `fsync`):
 //! there, use PostgreSQL. docs/operations.md says more.
@@ -107,10 +107,10 @@ pub mod timestamp;
 mod transaction;
 
 /// The backend-free core, re-exported so one dependency is enough.
-pub use outbox_core as outbox;
+pub use diesel_outbox_core as outbox;
 
 pub use connection::{AsyncSqliteConnection, BUSY_TIMEOUT, establish};
+pub use diesel_outbox_sql::MigrationSql;
 pub use migrate::{MIGRATIONS, migration_sql, revert_migrations, run_migrations};
-pub use outbox_diesel::MigrationSql;
 pub use store::SqliteStore;
 pub use transaction::transaction;

@@ -11,8 +11,8 @@ use diesel::{
     sqlite::Sqlite,
 };
 use diesel_async::RunQueryDsl;
-use outbox_core::{Maintenance, Result, Stats, Status, TaskId};
-use outbox_diesel::{cached, sqlite_error};
+use diesel_outbox_core::{Maintenance, Result, Stats, Status, TaskId};
+use diesel_outbox_sql::{cached, sqlite_error};
 
 use crate::{
     SqliteStore, discard,
@@ -46,7 +46,7 @@ pub(crate) const OLDEST_DUE: &str = "\
 SELECT next_attempt_at AS us FROM outbox_tasks INDEXED BY outbox_tasks_claim_idx
 WHERE status = 'available' ORDER BY id LIMIT 1";
 
-/// [`transition::requeue`](outbox_core::transition::requeue) in SQL.
+/// [`transition::requeue`](diesel_outbox_core::transition::requeue) in SQL.
 const REQUEUE: &str = "\
 UPDATE outbox_tasks
 SET status = 'available', next_attempt_at = $1, expires_at = NULL, finished_at = NULL,

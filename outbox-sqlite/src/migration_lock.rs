@@ -10,8 +10,8 @@ use diesel::{
     sqlite::Sqlite,
 };
 use diesel_async::AsyncConnection;
-use outbox_core::{Error, Result};
-use outbox_diesel::{MigrationConnection, MigrationLock};
+use diesel_outbox_core::{Error, Result};
+use diesel_outbox_sql::{MigrationConnection, MigrationLock};
 
 use crate::connection::BUSY_TIMEOUT;
 

@@ -8,8 +8,8 @@ use diesel::{
     sqlite::Sqlite,
 };
 use diesel_async::RunQueryDsl;
-use outbox_core::{Result, transition};
-use outbox_diesel::{cached, sqlite_error};
+use diesel_outbox_core::{Result, transition};
+use diesel_outbox_sql::{cached, sqlite_error};
 
 use crate::{
     AsyncSqliteConnection,

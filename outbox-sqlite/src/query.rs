@@ -2,8 +2,8 @@
 
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
-use outbox_core::{Record, Result, TaskId};
-use outbox_diesel::sqlite_error;
+use diesel_outbox_core::{Record, Result, TaskId};
+use diesel_outbox_sql::sqlite_error;
 
 use crate::{AsyncSqliteConnection, row::TaskRow, schema::outbox_tasks};
 

@@ -1,7 +1,7 @@
 //! Reading a row of `outbox_tasks` into a [`Record`].
 
 use diesel::prelude::*;
-use outbox_core::{Error, Record, Result, StoredRow, TaskId};
+use diesel_outbox_core::{Error, Record, Result, StoredRow, TaskId};
 
 use crate::{
     schema::outbox_tasks,

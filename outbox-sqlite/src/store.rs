@@ -6,11 +6,11 @@ use diesel_async::pooled_connection::{
     ManagerConfig, RecyclingMethod,
     deadpool::{Object, Pool},
 };
-use outbox_core::{
+use diesel_outbox_core::{
     BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Store, Task, TaskId,
     telemetry, transition::Completion,
 };
-use outbox_diesel::sqlite_pool_error;
+use diesel_outbox_sql::sqlite_pool_error;
 use tokio::sync::{Mutex, MutexGuard};
 
 use crate::{AsyncSqliteConnection, claim, complete, connection, enqueue, moves, query};
@@ -74,7 +74,7 @@ impl SqliteStore {
         // A file connection does not drop like a network one: skip the test
         // query on every checkout.
         config.recycling_method = RecyclingMethod::Fast;
-        let pool = outbox_diesel::build_pool(database_url, max_size, config)?;
+        let pool = diesel_outbox_sql::build_pool(database_url, max_size, config)?;
         Ok(Self::new(pool))
     }
 

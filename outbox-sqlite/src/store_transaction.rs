@@ -1,7 +1,7 @@
 //! Write transactions the store opens on its own connections.
 
-use outbox_core::{Result, TxBody};
-use outbox_diesel::{TxError, sqlite_error};
+use diesel_outbox_core::{Result, TxBody};
+use diesel_outbox_sql::{TxError, sqlite_error};
 
 use crate::AsyncSqliteConnection;
 

@@ -30,7 +30,7 @@
 //! retry due earlier, by the wait).
 
 use chrono::{DateTime, NaiveDate, Utc};
-use outbox_core::{Error, Result, TaskId};
+use diesel_outbox_core::{Error, Result, TaskId};
 
 fn bound(
     year: i32,

@@ -1,7 +1,7 @@
 //! [`transaction`]: business writes and enqueues in one `BEGIN IMMEDIATE`
 //! transaction, sent after commit.
 
-use outbox_core::{Tx, TxBody, Worker};
+use diesel_outbox_core::{Tx, TxBody, Worker};
 
 use crate::{AsyncSqliteConnection, SqliteStore};
 
@@ -23,8 +23,8 @@ use crate::{AsyncSqliteConnection, SqliteStore};
 /// `conn.immediate_transaction(...)`.
 ///
 /// ```no_run
-/// use outbox_sqlite::{transaction, AsyncSqliteConnection, SqliteStore};
-/// use outbox_sqlite::outbox::{Task, Worker};
+/// use diesel_outbox_sqlite::{transaction, AsyncSqliteConnection, SqliteStore};
+/// use diesel_outbox_sqlite::outbox::{Task, Worker};
 ///
 /// # async fn demo(worker: Worker<SqliteStore>, conn: &mut AsyncSqliteConnection) -> anyhow::Result<()> {
 /// transaction(&worker, conn, async |mut tx| {

@@ -8,7 +8,10 @@ mod conformance {
     // claim to skip. What that scenario guards, a claim never waiting on
     // another session's row, becomes a claim waiting its turn for the write
     // lock, which `write_lock` below tests.
-    outbox_testkit::conformance_tests!(outbox_testkit::sqlite::SqliteTestDb, without_row_locks);
+    diesel_outbox_testkit::conformance_tests!(
+        diesel_outbox_testkit::sqlite::SqliteTestDb,
+        without_row_locks
+    );
 }
 mod migration_lock;
 mod processes;

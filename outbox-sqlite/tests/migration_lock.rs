@@ -9,8 +9,8 @@ use diesel_async::{
     AsyncConnection, RunQueryDsl, SimpleAsyncConnection,
     pooled_connection::{AsyncDieselConnectionManager, deadpool::Pool},
 };
-use outbox_sqlite::{AsyncSqliteConnection, establish, migration_sql, run_migrations};
-use outbox_testkit::url::database_name;
+use diesel_outbox_sqlite::{AsyncSqliteConnection, establish, migration_sql, run_migrations};
+use diesel_outbox_testkit::url::database_name;
 
 /// A database file of its own that is never migrated, deleted on drop.
 struct File(std::path::PathBuf);

@@ -18,11 +18,11 @@ use std::{
 
 use anyhow::Context as _;
 use diesel_async::AsyncConnection;
-use outbox_sqlite::outbox::{
+use diesel_outbox_sqlite::outbox::{
     CancellationToken, Delivery, Maintenance, Registry, Relay, RelayConfig, Store, Task,
     WorkerConfig, handler_fn,
 };
-use outbox_testkit::{TestBackend, conformance::crash::test_name, sqlite::SqliteTestDb};
+use diesel_outbox_testkit::{TestBackend, conformance::crash::test_name, sqlite::SqliteTestDb};
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
     process::{Child, Command},
@@ -89,7 +89,7 @@ async fn relay_process() {
         .handler("order.created", 1, handler)
         .build()
         .expect("registry");
-    let worker = outbox_sqlite::outbox::Worker::with_config(
+    let worker = diesel_outbox_sqlite::outbox::Worker::with_config(
         db.store().clone(),
         registry,
         worker_config(&owner),
@@ -193,8 +193,10 @@ async fn three_relay_processes_one_killed_deliver_everything() {
             "the work was done before the kill"
         );
 
-        outbox_testkit::wait::eventually(async || Ok(db.store().stats().await?.backlog() == 0))
-            .await?;
+        diesel_outbox_testkit::wait::eventually(async || {
+            Ok(db.store().stats().await?.backlog() == 0)
+        })
+        .await?;
         for child in &mut children[1..] {
             child.start_kill()?;
             child.wait().await?;

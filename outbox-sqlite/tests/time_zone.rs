@@ -12,8 +12,8 @@ use anyhow::Context as _;
 use chrono::{DateTime, Local, NaiveDate, TimeDelta, Utc};
 use diesel::{QueryableByName, sql_types::BigInt};
 use diesel_async::{AsyncConnection, RunQueryDsl};
-use outbox_sqlite::outbox::{Maintenance, Store, Task};
-use outbox_testkit::{TestBackend, conformance::crash::test_name, sqlite::SqliteTestDb};
+use diesel_outbox_sqlite::outbox::{Maintenance, Store, Task};
+use diesel_outbox_testkit::{TestBackend, conformance::crash::test_name, sqlite::SqliteTestDb};
 
 /// Names the database a child works on; unset, the child does nothing.
 const CHILD_URL_VAR: &str = "OUTBOX_TZ_CHILD_URL";

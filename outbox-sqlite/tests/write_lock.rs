@@ -10,12 +10,12 @@ use diesel_async::{
     AsyncConnection, RunQueryDsl, SimpleAsyncConnection,
     pooled_connection::{AsyncDieselConnectionManager, ManagerConfig, deadpool::Pool},
 };
-use outbox_sqlite::{
+use diesel_outbox_sqlite::{
     AsyncSqliteConnection, BUSY_TIMEOUT, SqliteStore,
     outbox::{BatchRequest, DatabaseErrorKind, Error, LeaseRequest, Registry, Store, Task, Worker},
     transaction,
 };
-use outbox_testkit::{TestBackend, handler, sqlite::SqliteTestDb};
+use diesel_outbox_testkit::{TestBackend, handler, sqlite::SqliteTestDb};
 
 fn task(n: usize) -> Task {
     Task::new("order.created", 1, format!("{{\"order\":{n}}}"))
@@ -31,7 +31,12 @@ async fn enqueue(db: &SqliteTestDb, tasks: Vec<Task>) {
         .expect("enqueue");
 }
 
-fn worker(db: &SqliteTestDb) -> (Worker<SqliteStore>, outbox_testkit::handler::HandlerHandle) {
+fn worker(
+    db: &SqliteTestDb,
+) -> (
+    Worker<SqliteStore>,
+    diesel_outbox_testkit::handler::HandlerHandle,
+) {
     let (mock, handle) = handler::recording();
     let registry = Registry::builder()
         .handler("order.created", 1, mock)

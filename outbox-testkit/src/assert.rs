@@ -1,7 +1,7 @@
 //! Assertions about what a test enqueued and what was delivered.
 //!
 //! ```no_run
-//! use outbox_testkit::{assert, handler, postgres::PgTestDb, TestBackend};
+//! use diesel_outbox_testkit::{assert, handler, postgres::PgTestDb, TestBackend};
 //!
 //! # async fn demo() -> anyhow::Result<()> {
 //! let db = PgTestDb::create("my_test").await?;
@@ -17,7 +17,7 @@
 //! # }
 //! ```
 
-use outbox_core::{Record, Store, TaskId};
+use diesel_outbox_core::{Record, Store, TaskId};
 
 use crate::{TestBackend, handler::HandlerHandle};
 

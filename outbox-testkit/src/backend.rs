@@ -4,7 +4,7 @@ use std::future::Future;
 
 use chrono::{DateTime, Utc};
 use diesel_async::AsyncConnection;
-use outbox_core::Maintenance;
+use diesel_outbox_core::Maintenance;
 
 /// An isolated, migrated database of one backend, created per test.
 ///
@@ -57,7 +57,7 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
     fn task_ids(
         conn: &mut Self::Conn,
         kind: Option<&str>,
-    ) -> impl Future<Output = anyhow::Result<Vec<outbox_core::TaskId>>> + Send;
+    ) -> impl Future<Output = anyhow::Result<Vec<diesel_outbox_core::TaskId>>> + Send;
 
     /// Applies the backend's outbox migrations on a new connection, as
     /// users do; returns the versions applied.
@@ -67,8 +67,8 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
     fn revert(&self) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
 
     /// The SQL of the backend's outbox migrations, oldest first (for
-    /// example `outbox_postgres::migration_sql()`).
-    fn migration_sql() -> &'static [outbox_diesel::MigrationSql];
+    /// example `diesel_outbox_postgres::migration_sql()`).
+    fn migration_sql() -> &'static [diesel_outbox_sql::MigrationSql];
 
     /// A literal for the instant `at` in the outbox's time columns, for
     /// statements a test writes by hand: a UTC date and time by default

@@ -11,7 +11,7 @@
 //! rows' would meet them.
 //!
 //! ```
-//! use outbox_testkit::backlog::Backlog;
+//! use diesel_outbox_testkit::backlog::Backlog;
 //!
 //! let sql = Backlog::NotDue.postgres(1_000);
 //! assert!(sql.contains("'waiting'"));

@@ -20,8 +20,8 @@
 //!    [`HandlerHandle::succeeded_ids`] records.
 //!
 //! ```
-//! use outbox_core::{Delivery, Handler, Task, TaskId};
-//! use outbox_testkit::handler;
+//! use diesel_outbox_core::{Delivery, Handler, Task, TaskId};
+//! use diesel_outbox_testkit::handler;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
@@ -41,7 +41,7 @@ use std::{
 };
 
 use async_trait::async_trait;
-use outbox_core::{Delivery, Handler, HandlerError, TaskId};
+use diesel_outbox_core::{Delivery, Handler, HandlerError, TaskId};
 use tokio::sync::watch;
 
 /// The message of the retryable error injected by [`HandlerHandle::fail_next`].
@@ -387,8 +387,8 @@ impl fmt::Debug for Shared {
 mod tests {
     use std::panic::AssertUnwindSafe;
 
+    use diesel_outbox_core::{Task, TaskId};
     use futures_util::FutureExt;
-    use outbox_core::{Task, TaskId};
 
     use super::*;
 

@@ -4,7 +4,7 @@ use std::{fmt, future::Future};
 
 use anyhow::Context as _;
 use diesel_async::{AsyncConnection, SimpleAsyncConnection};
-use outbox_core::{Maintenance, TaskId};
+use diesel_outbox_core::{Maintenance, TaskId};
 
 use crate::{TestBackend, url};
 
@@ -55,7 +55,7 @@ pub trait Server: Send + Sync + 'static {
     /// Reverts the outbox migrations.
     fn revert(conn: Self::Conn) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
     /// See [`TestBackend::migration_sql`].
-    fn migration_sql() -> &'static [outbox_diesel::MigrationSql];
+    fn migration_sql() -> &'static [diesel_outbox_sql::MigrationSql];
 }
 
 /// A database of its own for one test, migrated, with a store on it.
@@ -65,7 +65,7 @@ pub trait Server: Send + Sync + 'static {
 /// returns an error instead of panicking drops it.
 ///
 /// ```no_run
-/// use outbox_testkit::{postgres::PgTestDb, TestBackend};
+/// use diesel_outbox_testkit::{postgres::PgTestDb, TestBackend};
 ///
 /// # async fn demo() -> anyhow::Result<()> {
 /// let db = PgTestDb::create("my_order_test").await?;
@@ -190,7 +190,7 @@ impl<S: Server> TestBackend for IsolatedDb<S> {
         S::revert(self.connect().await?).await
     }
 
-    fn migration_sql() -> &'static [outbox_diesel::MigrationSql] {
+    fn migration_sql() -> &'static [diesel_outbox_sql::MigrationSql] {
         S::migration_sql()
     }
 }

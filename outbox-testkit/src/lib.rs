@@ -23,11 +23,11 @@
 //! `OUTBOX_SQLITE_DIR` (default: the system's temporary directory).
 //!
 //! ```
-//! use outbox_core::{Delivery, Handler, Task, TaskId};
+//! use diesel_outbox_core::{Delivery, Handler, Task, TaskId};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
-//! let (handler, handle) = outbox_testkit::handler::recording();
+//! let (handler, handle) = diesel_outbox_testkit::handler::recording();
 //! handler.handle(Delivery::new(TaskId::new(1), 1, Task::new("order.created", 1, "{}"))).await.ok();
 //! assert_eq!(handle.succeeded_ids(), [TaskId::new(1)]);
 //! # }

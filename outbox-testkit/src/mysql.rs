@@ -1,8 +1,8 @@
 //! Isolated MySQL/MariaDB databases for tests: [`MysqlTestDb`].
 
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
-use outbox_core::TaskId;
-use outbox_mysql::{MysqlStore, revert_migrations, run_migrations};
+use diesel_outbox_core::TaskId;
+use diesel_outbox_mysql::{MysqlStore, revert_migrations, run_migrations};
 
 use crate::isolated::{IsolatedDb, Server};
 
@@ -82,7 +82,7 @@ impl Server for Mysql {
         Ok(revert_migrations(conn).await?)
     }
 
-    fn migration_sql() -> &'static [outbox_diesel::MigrationSql] {
-        outbox_mysql::migration_sql()
+    fn migration_sql() -> &'static [diesel_outbox_sql::MigrationSql] {
+        diesel_outbox_mysql::migration_sql()
     }
 }

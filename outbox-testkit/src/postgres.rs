@@ -1,8 +1,8 @@
 //! Isolated PostgreSQL databases for tests: [`PgTestDb`].
 
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
-use outbox_core::TaskId;
-use outbox_postgres::{PgStore, revert_migrations, run_migrations};
+use diesel_outbox_core::TaskId;
+use diesel_outbox_postgres::{PgStore, revert_migrations, run_migrations};
 
 use crate::isolated::{IsolatedDb, Server};
 
@@ -82,7 +82,7 @@ impl Server for Postgres {
         Ok(revert_migrations(conn).await?)
     }
 
-    fn migration_sql() -> &'static [outbox_diesel::MigrationSql] {
-        outbox_postgres::migration_sql()
+    fn migration_sql() -> &'static [diesel_outbox_sql::MigrationSql] {
+        diesel_outbox_postgres::migration_sql()
     }
 }

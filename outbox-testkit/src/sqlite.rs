@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
-use outbox_core::TaskId;
-use outbox_sqlite::{
+use diesel_outbox_core::TaskId;
+use diesel_outbox_sqlite::{
     AsyncSqliteConnection, SqliteStore, establish, revert_migrations, run_migrations,
 };
 
@@ -32,7 +32,7 @@ pub const DIR_VAR: &str = "OUTBOX_SQLITE_DIR";
 /// rows can be inspected with `sqlite3`.
 ///
 /// ```
-/// use outbox_testkit::{sqlite::SqliteTestDb, TestBackend};
+/// use diesel_outbox_testkit::{sqlite::SqliteTestDb, TestBackend};
 ///
 /// # #[tokio::main]
 /// # async fn main() -> anyhow::Result<()> {
@@ -155,12 +155,12 @@ impl TestBackend for SqliteTestDb {
         Ok(revert_migrations(self.connect().await?).await?)
     }
 
-    fn migration_sql() -> &'static [outbox_diesel::MigrationSql] {
-        outbox_sqlite::migration_sql()
+    fn migration_sql() -> &'static [diesel_outbox_sql::MigrationSql] {
+        diesel_outbox_sqlite::migration_sql()
     }
 
     fn instant_sql(at: DateTime<Utc>) -> String {
-        outbox_sqlite::timestamp::to_micros(at).to_string()
+        diesel_outbox_sqlite::timestamp::to_micros(at).to_string()
     }
 
     fn now_sql() -> String {

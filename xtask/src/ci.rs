@@ -1,8 +1,8 @@
 //! `cargo xtask ci`: checks that plain `cargo test` cannot make.
 //!
-//! Backends compile only when chosen: depending on `outbox-postgres` must not
-//! build `mysql_async` or SQLite (`libsqlite3-sys`), `outbox-mysql` must not
-//! build `tokio-postgres` or SQLite, and `outbox-sqlite` must build neither
+//! Backends compile only when chosen: depending on `diesel-outbox-postgres` must not
+//! build `mysql_async` or SQLite (`libsqlite3-sys`), `diesel-outbox-mysql` must not
+//! build `tokio-postgres` or SQLite, and `diesel-outbox-sqlite` must build neither
 //! server driver.
 
 use std::process::Command;
@@ -15,20 +15,20 @@ pub(crate) struct Args {}
 
 /// `(package, crate it must not pull in)`.
 const SEPARATED: [(&str, &str); 6] = [
-    ("outbox-postgres", "mysql_async"),
-    ("outbox-postgres", "libsqlite3-sys"),
-    ("outbox-mysql", "tokio-postgres"),
-    ("outbox-mysql", "libsqlite3-sys"),
-    ("outbox-sqlite", "tokio-postgres"),
-    ("outbox-sqlite", "mysql_async"),
+    ("diesel-outbox-postgres", "mysql_async"),
+    ("diesel-outbox-postgres", "libsqlite3-sys"),
+    ("diesel-outbox-mysql", "tokio-postgres"),
+    ("diesel-outbox-mysql", "libsqlite3-sys"),
+    ("diesel-outbox-sqlite", "tokio-postgres"),
+    ("diesel-outbox-sqlite", "mysql_async"),
 ];
 
 /// `(package, its own driver)`: the check above would pass vacuously if
 /// the tree did not list drivers at all.
 const DRIVERS: [(&str, &str); 3] = [
-    ("outbox-postgres", "tokio-postgres"),
-    ("outbox-mysql", "mysql_async"),
-    ("outbox-sqlite", "libsqlite3-sys"),
+    ("diesel-outbox-postgres", "tokio-postgres"),
+    ("diesel-outbox-mysql", "mysql_async"),
+    ("diesel-outbox-sqlite", "libsqlite3-sys"),
 ];
 
 pub(crate) fn run(_args: Args) -> anyhow::Result<()> {

@@ -4,7 +4,7 @@
 use std::io::Write as _;
 
 use anyhow::{Context as _, bail};
-use outbox_diesel::MigrationSql;
+use diesel_outbox_sql::MigrationSql;
 
 /// Arguments of `migrate`.
 #[derive(Debug, clap::Args)]
@@ -128,11 +128,11 @@ fn print(migrations: &[MigrationSql], revert: bool) -> anyhow::Result<()> {
 fn sql(backend: Backend) -> anyhow::Result<&'static [MigrationSql]> {
     match backend {
         #[cfg(feature = "postgres")]
-        Backend::Postgres => Ok(outbox_postgres::migration_sql()),
+        Backend::Postgres => Ok(diesel_outbox_postgres::migration_sql()),
         #[cfg(feature = "mysql")]
-        Backend::Mysql => Ok(outbox_mysql::migration_sql()),
+        Backend::Mysql => Ok(diesel_outbox_mysql::migration_sql()),
         #[cfg(feature = "sqlite")]
-        Backend::Sqlite => Ok(outbox_sqlite::migration_sql()),
+        Backend::Sqlite => Ok(diesel_outbox_sqlite::migration_sql()),
         #[allow(unreachable_patterns)]
         other => bail!(
             "this xtask was built without the `{}` feature",
@@ -148,9 +148,9 @@ async fn postgres(url: &str, revert: bool) -> anyhow::Result<Vec<String>> {
         .await
         .with_context(|| format!("connecting to {url}"))?;
     Ok(if revert {
-        outbox_postgres::revert_migrations(conn).await?
+        diesel_outbox_postgres::revert_migrations(conn).await?
     } else {
-        outbox_postgres::run_migrations(conn).await?
+        diesel_outbox_postgres::run_migrations(conn).await?
     })
 }
 
@@ -166,9 +166,9 @@ async fn mysql(url: &str, revert: bool) -> anyhow::Result<Vec<String>> {
         .await
         .with_context(|| format!("connecting to {url}"))?;
     Ok(if revert {
-        outbox_mysql::revert_migrations(conn).await?
+        diesel_outbox_mysql::revert_migrations(conn).await?
     } else {
-        outbox_mysql::run_migrations(conn).await?
+        diesel_outbox_mysql::run_migrations(conn).await?
     })
 }
 
@@ -179,13 +179,13 @@ async fn mysql(_url: &str, _revert: bool) -> anyhow::Result<Vec<String>> {
 
 #[cfg(feature = "sqlite")]
 async fn sqlite(url: &str, revert: bool) -> anyhow::Result<Vec<String>> {
-    let conn = outbox_sqlite::establish(url)
+    let conn = diesel_outbox_sqlite::establish(url)
         .await
         .with_context(|| format!("opening {url}"))?;
     Ok(if revert {
-        outbox_sqlite::revert_migrations(conn).await?
+        diesel_outbox_sqlite::revert_migrations(conn).await?
     } else {
-        outbox_sqlite::run_migrations(conn).await?
+        diesel_outbox_sqlite::run_migrations(conn).await?
     })
 }
 

@@ -9,7 +9,7 @@
 //! ```no_run
 //! use diesel_async::{AsyncConnection, AsyncPgConnection};
 //! use order_service::{Order, OrderCreated, postgres, registry, shipping_handler};
-//! use outbox_postgres::{PgStore, outbox::Worker};
+//! use diesel_outbox_postgres::{PgStore, outbox::Worker};
 //!
 //! # async fn demo() -> anyhow::Result<()> {
 //! let url = "postgres://postgres@127.0.0.1:5432/shop";
@@ -30,7 +30,9 @@
 //!
 //! The guide in `docs/` is compiled here as doctests, one item per file.
 
-use outbox_postgres::outbox::{self, Delivery, Handler, HandlerError, Registry, Task, handler_fn};
+use diesel_outbox_postgres::outbox::{
+    self, Delivery, Handler, HandlerError, Registry, Task, handler_fn,
+};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::UnboundedSender;
 

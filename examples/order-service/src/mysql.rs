@@ -1,7 +1,7 @@
 //! The order service on MySQL 8.0.1+ or MariaDB 10.6+.
 
 use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
-use outbox_mysql::{MysqlStore, outbox::Worker, run_migrations, transaction};
+use diesel_outbox_mysql::{MysqlStore, outbox::Worker, run_migrations, transaction};
 
 use crate::{Order, OrderId, order_created_task, schema::orders};
 

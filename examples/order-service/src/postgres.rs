@@ -1,7 +1,7 @@
 //! The order service on PostgreSQL.
 
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
-use outbox_postgres::{PgStore, outbox::Worker, run_migrations, transaction};
+use diesel_outbox_postgres::{PgStore, outbox::Worker, run_migrations, transaction};
 
 use crate::{Order, OrderId, order_created_task, schema::orders};
 

@@ -1,5 +1,5 @@
 //! The order service tested the way its users would: an isolated database
-//! per test from `outbox-testkit`, recording handlers, no sleeps.
+//! per test from `diesel-outbox-testkit`, recording handlers, no sleeps.
 
 mod mysql;
 mod postgres;

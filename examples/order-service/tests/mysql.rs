@@ -1,9 +1,9 @@
 //! Placing orders on MySQL/MariaDB.
 
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel_outbox_mysql::outbox::{Status, Store, Worker};
+use diesel_outbox_testkit::{TestBackend, handler, mysql::MysqlTestDb};
 use order_service::{ORDER_CREATED, Order, OrderCreated, OrderId, mysql, registry};
-use outbox_mysql::outbox::{Status, Store, Worker};
-use outbox_testkit::{TestBackend, handler, mysql::MysqlTestDb};
 
 fn order(id: i64) -> Order {
     Order {

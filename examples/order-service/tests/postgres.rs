@@ -9,15 +9,15 @@ use diesel::{
     sql_types::{BigInt, Timestamptz},
 };
 use diesel_async::{AsyncConnection, RunQueryDsl};
+use diesel_outbox_postgres::outbox::{
+    Delivery, Error, Handler, HandlerError, RetryPolicy, Status, Store, Task, Worker, WorkerConfig,
+    handler_fn,
+};
+use diesel_outbox_testkit::{TestBackend, handler, postgres::PgTestDb};
 use order_service::{
     ORDER_CREATED, Order, OrderCreated, OrderId, postgres, registry, schema::orders,
     shipping_handler,
 };
-use outbox_postgres::outbox::{
-    Delivery, Error, Handler, HandlerError, RetryPolicy, Status, Store, Task, Worker, WorkerConfig,
-    handler_fn,
-};
-use outbox_testkit::{TestBackend, handler, postgres::PgTestDb};
 
 fn order(id: i64) -> Order {
     Order {

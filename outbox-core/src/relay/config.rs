@@ -17,7 +17,7 @@ use crate::{
 ///
 /// ```
 /// use std::time::Duration;
-/// use outbox_core::RelayConfig;
+/// use diesel_outbox_core::RelayConfig;
 ///
 /// let config = RelayConfig::default()
 ///     .batch_size(500)
@@ -25,7 +25,7 @@ use crate::{
 ///     .retention(Duration::from_secs(30 * 24 * 3600));
 /// config.validate()?;
 /// assert_eq!(config.batch_size, 500);
-/// # Ok::<(), outbox_core::Error>(())
+/// # Ok::<(), diesel_outbox_core::Error>(())
 /// ```
 ///
 /// | setting | default | allowed | meaning |
@@ -85,7 +85,7 @@ impl RelayConfig {
     /// Sets the most tasks one claim takes, and results per completion write.
     ///
     /// ```
-    /// use outbox_core::RelayConfig;
+    /// use diesel_outbox_core::RelayConfig;
     ///
     /// let config = RelayConfig::default().batch_size(500);
     /// assert_eq!(config.batch_size, 500);
@@ -101,7 +101,7 @@ impl RelayConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use outbox_core::RelayConfig;
+    /// use diesel_outbox_core::RelayConfig;
     ///
     /// let config = RelayConfig::default().poll_interval(Duration::from_secs(10));
     /// assert_eq!(config.poll_interval, Duration::from_secs(10));
@@ -117,7 +117,7 @@ impl RelayConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use outbox_core::RelayConfig;
+    /// use diesel_outbox_core::RelayConfig;
     ///
     /// let config = RelayConfig::default().shutdown_timeout(Duration::from_secs(30));
     /// assert_eq!(config.shutdown_timeout, Duration::from_secs(30));
@@ -133,7 +133,7 @@ impl RelayConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use outbox_core::RelayConfig;
+    /// use diesel_outbox_core::RelayConfig;
     ///
     /// let month = Duration::from_secs(30 * 24 * 3600);
     /// assert_eq!(RelayConfig::default().retention(month).retention, Some(month));
@@ -149,7 +149,7 @@ impl RelayConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use outbox_core::RelayConfig;
+    /// use diesel_outbox_core::RelayConfig;
     ///
     /// let config = RelayConfig::default().purge_interval(Duration::from_secs(600));
     /// assert_eq!(config.purge_interval, Duration::from_secs(600));
@@ -163,7 +163,7 @@ impl RelayConfig {
     /// Sets the rows per maintenance statement: purge, promotion, rescue.
     ///
     /// ```
-    /// use outbox_core::RelayConfig;
+    /// use diesel_outbox_core::RelayConfig;
     ///
     /// let config = RelayConfig::default().purge_batch(200);
     /// assert_eq!(config.purge_batch, 200);
@@ -179,7 +179,7 @@ impl RelayConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use outbox_core::RelayConfig;
+    /// use diesel_outbox_core::RelayConfig;
     ///
     /// let config = RelayConfig::default().write_delay(Duration::from_millis(5));
     /// assert_eq!(config.write_delay, Duration::from_millis(5));
@@ -194,7 +194,7 @@ impl RelayConfig {
     /// claiming until they are written.
     ///
     /// ```
-    /// use outbox_core::RelayConfig;
+    /// use diesel_outbox_core::RelayConfig;
     ///
     /// let config = RelayConfig::default().max_unwritten(5_000);
     /// assert_eq!(config.max_unwritten, 5_000);
@@ -211,7 +211,7 @@ impl RelayConfig {
     /// [`validate_with`](Self::validate_with).
     ///
     /// ```
-    /// use outbox_core::RelayConfig;
+    /// use diesel_outbox_core::RelayConfig;
     ///
     /// let config = RelayConfig::default().batch_size(0);
     /// assert_eq!(config.validate().unwrap_err().field(), Some("batch_size"));
@@ -242,7 +242,7 @@ impl RelayConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use outbox_core::{RelayConfig, WorkerConfig};
+    /// use diesel_outbox_core::{RelayConfig, WorkerConfig};
     ///
     /// let worker = WorkerConfig::default().lease_duration(Duration::from_secs(30));
     /// let config = RelayConfig::default().write_delay(Duration::from_secs(30));

@@ -63,8 +63,8 @@ pub struct RelayReport {
 /// The background loop that delivers whatever was not sent right after commit.
 ///
 /// ```no_run
-/// # async fn demo<S: outbox_core::Maintenance>(worker: outbox_core::Worker<S>) -> outbox_core::Result<()> {
-/// use outbox_core::{Relay, RelayConfig};
+/// # async fn demo<S: diesel_outbox_core::Maintenance>(worker: diesel_outbox_core::Worker<S>) -> diesel_outbox_core::Result<()> {
+/// use diesel_outbox_core::{Relay, RelayConfig};
 /// use tokio_util::{sync::CancellationToken, task::AbortOnDropHandle};
 ///
 /// let shutdown = CancellationToken::new();

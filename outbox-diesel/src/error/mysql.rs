@@ -1,7 +1,7 @@
 //! MySQL/MariaDB: error numbers recovered from diesel's kind or the message.
 
 use diesel::result::DatabaseErrorKind as DieselKind;
-use outbox_core::DatabaseErrorKind::{self, *};
+use diesel_outbox_core::DatabaseErrorKind::{self, *};
 
 use super::{Classified, by_message};
 

@@ -1,7 +1,7 @@
 //! PostgreSQL: SQLSTATEs recovered from diesel's kind or the server's message.
 
 use diesel::result::DatabaseErrorKind as DieselKind;
-use outbox_core::DatabaseErrorKind::{self, *};
+use diesel_outbox_core::DatabaseErrorKind::{self, *};
 
 use super::{Classified, by_message};
 

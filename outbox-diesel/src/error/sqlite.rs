@@ -5,7 +5,7 @@
 //! given back is the name of SQLite's result code, such as `SQLITE_BUSY`.
 
 use diesel::result::DatabaseErrorKind as DieselKind;
-use outbox_core::DatabaseErrorKind::{self, *};
+use diesel_outbox_core::DatabaseErrorKind::{self, *};
 
 use super::{Classified, by_message};
 

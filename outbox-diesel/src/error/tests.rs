@@ -1,7 +1,7 @@
 use deadpool::managed::TimeoutType;
 use diesel::result::{ConnectionError, DatabaseErrorKind as Kind, Error as DieselError};
 use diesel_async::pooled_connection::{PoolError as ManagerError, deadpool::PoolError};
-use outbox_core::{DatabaseErrorKind, Error};
+use diesel_outbox_core::{DatabaseErrorKind, Error};
 
 use super::{
     any_backend_error, mysql_error, mysql_pool_error, postgres_error, postgres_pool_error,

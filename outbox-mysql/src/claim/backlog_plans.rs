@@ -13,7 +13,7 @@ use diesel::{
     sql_types::{BigInt, Datetime, Nullable, Text},
 };
 use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
-use outbox_testkit::{TestBackend, backlog::Backlog, mysql::MysqlTestDb};
+use diesel_outbox_testkit::{TestBackend, backlog::Backlog, mysql::MysqlTestDb};
 use serde_json::Value;
 
 use super::LOCK_DUE_SQL;

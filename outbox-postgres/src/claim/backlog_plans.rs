@@ -7,8 +7,8 @@ use diesel::{
     sql_types::{BigInt, Json, Nullable, Text, Timestamptz},
 };
 use diesel_async::{AsyncConnection, RunQueryDsl};
-use outbox_core::transition::EXPIRED_ERROR;
-use outbox_testkit::{TestBackend, backlog::Backlog, postgres::PgTestDb};
+use diesel_outbox_core::transition::EXPIRED_ERROR;
+use diesel_outbox_testkit::{TestBackend, backlog::Backlog, postgres::PgTestDb};
 use serde_json::Value;
 
 use super::CLAIM_DUE_SQL;

@@ -1,7 +1,7 @@
 //! The testkit's own assertions, checked against the real store.
 
 use diesel_async::AsyncConnection;
-use outbox_core::Store;
+use diesel_outbox_core::Store;
 
 use super::support::{KIND, config, enqueue_committed, registry, task, worker};
 use crate::{TestBackend, assert, handler};
@@ -38,7 +38,7 @@ pub async fn testkit_assertions_see_what_was_enqueued_and_delivered<B: TestBacke
     }
     assert::assert_delivered(&handle, &[records[0].id, records[1].id]);
     let missing = std::panic::catch_unwind(|| {
-        assert::assert_delivered(&handle, &[outbox_core::TaskId::new(987_654)])
+        assert::assert_delivered(&handle, &[diesel_outbox_core::TaskId::new(987_654)])
     });
     assert!(
         missing.is_err(),

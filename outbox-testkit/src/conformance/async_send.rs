@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{Error, Status};
+use diesel_outbox_core::{Error, Status};
 
 use super::support::{config, enqueue_one, get, registry, task, worker};
 use crate::{TestBackend, handler};

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{
+use diesel_outbox_core::{
     Error, Maintenance, RelayConfig, RetryPolicy, Status, WorkerConfig,
     limits::{MAX_BATCH_SIZE, MAX_CONCURRENCY, MAX_DURATION},
 };

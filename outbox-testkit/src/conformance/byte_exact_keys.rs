@@ -1,6 +1,6 @@
 //! Dedup and ordering keys are compared byte for byte: trailing spaces count.
 
-use outbox_core::{Error, Registry, Status, Task};
+use diesel_outbox_core::{Error, Registry, Status, Task};
 
 use super::support::{KIND, config, enqueue_committed, get, task, worker};
 use crate::{TestBackend, handler};

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
-use outbox_core::{
+use diesel_outbox_core::{
     BatchRequest, ClaimOutcome, LeaseRequest, Record, RetryPolicy, Status, Store,
     transition::{self, Completion, Fence, Outcome},
 };

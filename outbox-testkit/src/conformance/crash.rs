@@ -4,7 +4,7 @@
 use std::{process::Stdio, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
-use outbox_core::{Delivery, Handler, Maintenance, Task, WorkerConfig, handler_fn};
+use diesel_outbox_core::{Delivery, Handler, Maintenance, Task, WorkerConfig, handler_fn};
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
     process::Command,
@@ -70,7 +70,7 @@ pub async fn relay_child<B: TestBackend>() -> anyhow::Result<()> {
     let db = Arc::new(B::attach(&url).await?);
     let handler = recording_effect(Arc::clone(&db), "child");
     let worker = worker(&*db, registry(handler)?, crash_config("child"))?;
-    let relay = outbox_core::Relay::new(worker, relay_config())?;
+    let relay = diesel_outbox_core::Relay::new(worker, relay_config())?;
     relay.run(CancellationToken::new()).await;
     Ok(())
 }

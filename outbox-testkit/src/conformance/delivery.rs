@@ -1,6 +1,6 @@
 //! What reaches the handler, and what is recorded when it fails (issue proof 9).
 
-use outbox_core::{Headers, Status, handler_fn};
+use diesel_outbox_core::{Headers, Status, handler_fn};
 
 use super::support::{config, enqueue_one, get, registry, task, worker};
 use crate::{TestBackend, handler};
@@ -64,18 +64,18 @@ pub async fn attempts_are_measured<B: TestBackend>(db: &B) -> anyhow::Result<()>
     // A kind of this test's own: other tests record into the same recorder.
     let kind = format!("metrics.{:08x}", fastrand::u32(..));
     let (mock, handle) = handler::failing(1);
-    let registry = outbox_core::Registry::builder()
+    let registry = diesel_outbox_core::Registry::builder()
         .handler(kind.clone(), 1, mock)
         .build()?;
     let worker = worker(db, registry, config("w"))?;
-    for (name, unit, text) in outbox_core::telemetry::METRICS {
+    for (name, unit, text) in diesel_outbox_core::telemetry::METRICS {
         assert_eq!(
             captured.description(name),
             Some((Some(unit), text.to_owned())),
             "{name} is not described"
         );
     }
-    let id = enqueue_one(db, outbox_core::Task::new(kind.clone(), 1, "{}")).await?;
+    let id = enqueue_one(db, diesel_outbox_core::Task::new(kind.clone(), 1, "{}")).await?;
     let enqueued_before = captured.counter("outbox_enqueued_total", &[]);
     assert!(enqueued_before >= 1, "enqueue was not counted");
     assert!(worker.send(id).await.is_err());

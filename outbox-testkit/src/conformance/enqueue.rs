@@ -1,7 +1,7 @@
 //! Enqueueing belongs to the caller's transaction (issue proofs 1 and 2).
 
 use diesel_async::AsyncConnection;
-use outbox_core::{Error, Status, Store, Task, TaskId};
+use diesel_outbox_core::{Error, Status, Store, Task, TaskId};
 
 use super::support::{enqueue_committed, get, task};
 use crate::TestBackend;

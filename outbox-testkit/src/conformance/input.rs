@@ -3,7 +3,7 @@
 
 use chrono::{NaiveDate, TimeZone, Utc};
 use diesel_async::AsyncConnection;
-use outbox_core::{Error, Maintenance, Store, Task, limits::MAX_PAYLOAD_BYTES};
+use diesel_outbox_core::{Error, Maintenance, Store, Task, limits::MAX_PAYLOAD_BYTES};
 
 use super::support::{KIND, config, enqueue_committed, registry, task, worker};
 use crate::{TestBackend, handler};
@@ -121,12 +121,12 @@ pub async fn zero_batch_size_is_refused<B: TestBackend>(db: &B) -> anyhow::Resul
     assert_eq!(refused.err().and_then(|e| e.field()), Some("batch_size"));
     // Past what one completion write can carry on every backend.
     let refused = worker
-        .retry_pending(outbox_core::limits::MAX_BATCH_SIZE + 1)
+        .retry_pending(diesel_outbox_core::limits::MAX_BATCH_SIZE + 1)
         .await;
     assert_eq!(refused.err().and_then(|e| e.field()), Some("batch_size"));
     let too_old = db
         .store()
-        .purge_finished(outbox_core::limits::MAX_DURATION * 2, 10)
+        .purge_finished(diesel_outbox_core::limits::MAX_DURATION * 2, 10)
         .await;
     assert_eq!(too_old.err().and_then(|e| e.field()), Some("older_than"));
     assert_eq!(handle.calls(), 0);

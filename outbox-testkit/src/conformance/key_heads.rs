@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
 use diesel_async::AsyncConnection;
-use outbox_core::{
+use diesel_outbox_core::{
     BatchRequest, ClaimOutcome, Error, LeaseRequest, Maintenance, Registry, Status, Store, Task,
     TaskId, Worker,
     transition::{self, Fence, Outcome},
@@ -41,7 +41,7 @@ fn lease(owner: &str, duration: Duration) -> LeaseRequest {
     }
 }
 
-fn claimed(outcome: ClaimOutcome) -> anyhow::Result<outbox_core::Record> {
+fn claimed(outcome: ClaimOutcome) -> anyhow::Result<diesel_outbox_core::Record> {
     match outcome {
         ClaimOutcome::Claimed(record) => Ok(*record),
         other => anyhow::bail!("expected a claim, got {other:?}"),

@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use futures_util::{StreamExt, stream::FuturesUnordered};
 
-use outbox_core::{
+use diesel_outbox_core::{
     ClaimOutcome, Error, LeaseRequest, Status, Store,
     transition::{self, Completion, Outcome},
 };
@@ -43,7 +43,7 @@ fn lease(owner: &str, duration: Duration) -> LeaseRequest {
     }
 }
 
-fn succeeded(record: &outbox_core::Record, owner: &str) -> Completion {
+fn succeeded(record: &diesel_outbox_core::Record, owner: &str) -> Completion {
     transition::decide(
         transition::Fence {
             id: record.id,
@@ -58,7 +58,7 @@ fn succeeded(record: &outbox_core::Record, owner: &str) -> Completion {
     )
 }
 
-fn claimed(outcome: ClaimOutcome) -> anyhow::Result<outbox_core::Record> {
+fn claimed(outcome: ClaimOutcome) -> anyhow::Result<diesel_outbox_core::Record> {
     match outcome {
         ClaimOutcome::Claimed(record) => Ok(*record),
         other => anyhow::bail!("expected a claim, got {other:?}"),

@@ -8,7 +8,7 @@
 //!
 //! ```ignore
 //! // outbox-postgres/tests/lib.rs
-//! outbox_testkit::conformance_tests!(outbox_testkit::postgres::PgTestDb);
+//! diesel_outbox_testkit::conformance_tests!(diesel_outbox_testkit::postgres::PgTestDb);
 //! ```
 
 mod assertions;

@@ -1,6 +1,6 @@
 //! Ordering keys: a task waits while an older task with its key is unfinished.
 
-use outbox_core::{Error, Registry, Task};
+use diesel_outbox_core::{Error, Registry, Task};
 
 use super::support::{KIND, config, enqueue_committed, get, registry, task, worker};
 use crate::{TestBackend, handler};

@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
-use outbox_core::{
+use diesel_outbox_core::{
     BatchRequest, CancellationToken, Delivery, Error, HandlerError, RelayConfig, RelayReport,
     Status, Store, TaskId, Worker, WorkerConfig, handler_fn,
     transition::{self, Completion, Fence},
@@ -44,7 +44,7 @@ impl Calls {
 
 /// Runs a relay with `config` over `worker` until `done` holds, then shuts it
 /// down and returns its report.
-async fn run_until<S: outbox_core::Maintenance>(
+async fn run_until<S: diesel_outbox_core::Maintenance>(
     worker: Worker<S>,
     config: RelayConfig,
     done: impl AsyncFn() -> anyhow::Result<bool>,
@@ -149,7 +149,10 @@ pub async fn poisoned_error_text_is_stored_and_neighbours_succeed<B: TestBackend
     let worker = worker(db, registry(handler)?, config("poison"))?;
     let ids = enqueue_committed(db, (0..6).map(task).collect()).await?;
     let report = run_until(worker, RelayConfig::default(), async || {
-        Ok(outbox_core::Maintenance::stats(db.store()).await?.backlog() == 0)
+        Ok(diesel_outbox_core::Maintenance::stats(db.store())
+            .await?
+            .backlog()
+            == 0)
     })
     .await?;
 
@@ -185,7 +188,7 @@ pub async fn a_refused_result_is_isolated_and_recorded<B: TestBackend>(
     let claimed = db
         .store()
         .claim_due(&BatchRequest {
-            lease: outbox_core::LeaseRequest {
+            lease: diesel_outbox_core::LeaseRequest {
                 owner: "isolating".into(),
                 duration: Duration::from_secs(30),
             },
@@ -201,7 +204,7 @@ pub async fn a_refused_result_is_isolated_and_recorded<B: TestBackend>(
         attempt: claimed[i].attempts,
         ordering_key: None,
     };
-    let policy = outbox_core::RetryPolicy::default();
+    let policy = diesel_outbox_core::RetryPolicy::default();
     let mut completions: Vec<Completion> = (0..5)
         .map(|i| transition::decide(fence(i), 1, None, transition::Outcome::Succeeded, &policy))
         .collect();
@@ -310,7 +313,7 @@ pub async fn claims_never_spend_attempts_unrun<B: TestBackend>(db: &B) -> anyhow
         let mock = mock.clone();
         async move {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            outbox_core::Handler::handle(&mock, delivery).await
+            diesel_outbox_core::Handler::handle(&mock, delivery).await
         }
     });
     let config = config("two-slots")
@@ -345,11 +348,11 @@ pub async fn a_released_claim_is_not_a_run<B: TestBackend>(db: &B) -> anyhow::Re
     let (mock, handle) = handler::recording();
     let worker = worker(db, registry(mock)?, config("releaser"))?;
     let id = enqueue_one(db, task(1).max_attempts(1)).await?;
-    let outbox_core::ClaimOutcome::Claimed(record) = db
+    let diesel_outbox_core::ClaimOutcome::Claimed(record) = db
         .store()
         .claim(
             id,
-            &outbox_core::LeaseRequest {
+            &diesel_outbox_core::LeaseRequest {
                 owner: "releaser".into(),
                 duration: Duration::from_secs(30),
             },

@@ -3,7 +3,7 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use outbox_core::{
+use diesel_outbox_core::{
     Delivery, Error, Handler, HandlerError, Maintenance, Registry, Relay, RelayConfig, RelayReport,
     RetryPolicy, Status, Store, Task, TaskId, Worker, handler_fn,
 };

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
-use outbox_core::{LeaseRequest, RelayConfig, Status, Store};
+use diesel_outbox_core::{LeaseRequest, RelayConfig, Status, Store};
 use tokio_util::sync::CancellationToken;
 
 use super::{

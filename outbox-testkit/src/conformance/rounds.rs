@@ -11,7 +11,7 @@ use std::{
 
 use chrono::{TimeDelta, Utc};
 use diesel_async::{AsyncConnection, SimpleAsyncConnection};
-use outbox_core::{Registry, Status, Store, Task, TaskId, handler_fn};
+use diesel_outbox_core::{Registry, Status, Store, Task, TaskId, handler_fn};
 
 use super::support::{KIND, config, get, task, worker};
 use crate::{TestBackend, handler};
@@ -132,7 +132,7 @@ pub async fn writers_and_workers_run_side_by_side<B: TestBackend>(db: &B) -> any
         writing.fetch_sub(1, Ordering::SeqCst);
         Ok(written)
     };
-    let drain = async |worker: &outbox_core::Worker<B::Store>| -> anyhow::Result<u64> {
+    let drain = async |worker: &diesel_outbox_core::Worker<B::Store>| -> anyhow::Result<u64> {
         let mut handled = 0;
         loop {
             let done = writing.load(Ordering::SeqCst) == 0;

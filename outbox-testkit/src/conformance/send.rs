@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use outbox_core::{Error, RetryPolicy, Status, Task, TaskId};
+use diesel_outbox_core::{Error, RetryPolicy, Status, Task, TaskId};
 
 use super::support::{KIND, config, enqueue_one, get, registry, task, worker};
 use crate::{TestBackend, handler};

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use diesel_async::AsyncConnection;
-use outbox_core::{
+use diesel_outbox_core::{
     Handler, Record, Registry, RetryPolicy, Store, Task, TaskId, Worker, WorkerConfig,
 };
 

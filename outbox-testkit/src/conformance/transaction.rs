@@ -2,8 +2,8 @@
 //! and tasks are sent only after the commit.
 
 use diesel_async::SimpleAsyncConnection;
-use outbox_core::{Status, Store, Task};
-use outbox_diesel::transaction;
+use diesel_outbox_core::{Status, Store, Task};
+use diesel_outbox_sql::transaction;
 
 use super::support::{KIND, config, registry, worker};
 use crate::{TestBackend, handler};

@@ -10,7 +10,7 @@ use std::{
 };
 
 use async_trait::async_trait;
-use outbox_core::{Delivery, Handler, HandlerError, TaskId};
+use diesel_outbox_core::{Delivery, Handler, HandlerError, TaskId};
 use tokio::sync::Notify;
 
 /// Counts deliveries; optionally records when each task's handler started.

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use outbox_core::{Registry, Relay, RelayConfig, Worker, WorkerConfig};
+use diesel_outbox_core::{Registry, Relay, RelayConfig, Worker, WorkerConfig};
 use tokio_util::sync::CancellationToken;
 
 use super::{

@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use diesel_async::AsyncConnection;
-use outbox_core::{Store, Task};
+use diesel_outbox_core::{Store, Task};
 
 use super::{
     Plan,

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use diesel_async::AsyncConnection;
-use outbox_core::{Registry, Relay, RelayConfig, Store, Task, TaskId, Worker};
+use diesel_outbox_core::{Registry, Relay, RelayConfig, Store, Task, TaskId, Worker};
 use tokio_util::sync::CancellationToken;
 
 use super::{

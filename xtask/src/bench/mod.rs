@@ -125,19 +125,22 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     if matches!(args.backend, Backend::Postgres | Backend::All) {
         #[cfg(feature = "postgres")]
-        backend::<outbox_testkit::postgres::PgTestDb>(&plan, !args.no_nats, &mut results).await?;
+        backend::<diesel_outbox_testkit::postgres::PgTestDb>(&plan, !args.no_nats, &mut results)
+            .await?;
         #[cfg(not(feature = "postgres"))]
         anyhow::bail!("xtask was built without the `postgres` feature");
     }
     if matches!(args.backend, Backend::Mysql | Backend::All) {
         #[cfg(feature = "mysql")]
-        backend::<outbox_testkit::mysql::MysqlTestDb>(&plan, !args.no_nats, &mut results).await?;
+        backend::<diesel_outbox_testkit::mysql::MysqlTestDb>(&plan, !args.no_nats, &mut results)
+            .await?;
         #[cfg(not(feature = "mysql"))]
         anyhow::bail!("xtask was built without the `mysql` feature");
     }
     if matches!(args.backend, Backend::Sqlite | Backend::All) {
         #[cfg(feature = "sqlite")]
-        backend::<outbox_testkit::sqlite::SqliteTestDb>(&plan, !args.no_nats, &mut results).await?;
+        backend::<diesel_outbox_testkit::sqlite::SqliteTestDb>(&plan, !args.no_nats, &mut results)
+            .await?;
         #[cfg(not(feature = "sqlite"))]
         anyhow::bail!("xtask was built without the `sqlite` feature");
     }

@@ -3,10 +3,10 @@
 use std::{sync::Arc, time::Instant};
 
 use async_nats::{HeaderMap, jetstream::message::PublishMessage};
+use diesel_outbox_core::{Delivery, Handler, Registry, Relay, RelayConfig, Worker, handler_fn};
+use diesel_outbox_nats::JetStreamPublisher;
+use diesel_outbox_testkit::nats::TestStream;
 use futures_util::{StreamExt, stream::FuturesUnordered};
-use outbox_core::{Delivery, Handler, Registry, Relay, RelayConfig, Worker, handler_fn};
-use outbox_nats::JetStreamPublisher;
-use outbox_testkit::nats::TestStream;
 use tokio_util::sync::CancellationToken;
 
 use super::{
@@ -79,10 +79,13 @@ async fn raw(count: u64) -> anyhow::Result<f64> {
             ack?;
         }
         let mut headers = HeaderMap::new();
-        headers.insert(outbox_nats::headers::TASK_ID, id.to_string().as_str());
-        headers.insert(outbox_nats::headers::KIND, KIND);
-        headers.insert(outbox_nats::headers::VERSION, "1");
-        headers.insert(outbox_nats::headers::ATTEMPT, "1");
+        headers.insert(
+            diesel_outbox_nats::headers::TASK_ID,
+            id.to_string().as_str(),
+        );
+        headers.insert(diesel_outbox_nats::headers::KIND, KIND);
+        headers.insert(diesel_outbox_nats::headers::VERSION, "1");
+        headers.insert(diesel_outbox_nats::headers::ATTEMPT, "1");
         let message = PublishMessage::build()
             .payload(format!("{{\"order\":{id}}}").into_bytes().into())
             .headers(headers)

@@ -9,7 +9,7 @@
 
 use std::future::Future;
 
-use outbox_testkit::{TestBackend, backlog::Backlog};
+use diesel_outbox_testkit::{TestBackend, backlog::Backlog};
 
 /// How a hand-written statement is prepared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,10 +25,10 @@ impl Prepare {
     pub(crate) fn sql<'f, DB: diesel::backend::Backend>(
         self,
         sql: &'f str,
-    ) -> outbox_diesel::CachedQuery<'f, DB> {
+    ) -> diesel_outbox_sql::CachedQuery<'f, DB> {
         match self {
-            Prepare::Once => outbox_diesel::cached(sql),
-            Prepare::EachCall => outbox_diesel::uncached(sql),
+            Prepare::Once => diesel_outbox_sql::cached(sql),
+            Prepare::EachCall => diesel_outbox_sql::uncached(sql),
         }
     }
 }
@@ -120,7 +120,7 @@ mod postgres {
         sql_types::{Array, BigInt, Bytea, Text},
     };
     use diesel_async::{AsyncPgConnection, RunQueryDsl};
-    use outbox_testkit::{TestBackend, backlog::Backlog, postgres::PgTestDb};
+    use diesel_outbox_testkit::{TestBackend, backlog::Backlog, postgres::PgTestDb};
 
     use super::{Prepare, Raw};
 
@@ -190,7 +190,7 @@ mod postgres {
             conn: &mut AsyncPgConnection,
             payloads: &[Vec<u8>],
         ) -> anyhow::Result<()> {
-            outbox_diesel::cached::<Pg>(
+            diesel_outbox_sql::cached::<Pg>(
                 "INSERT INTO outbox_tasks (kind, version, payload, headers) \
                  SELECT 'order.created', 1, p, '{}' FROM unnest($1::bytea[]) AS p",
             )
@@ -259,7 +259,7 @@ mod postgres {
             self.execute_sql("ANALYZE outbox_tasks").await
         }
 
-        fn notifying_store(&self) -> Option<outbox_postgres::PgStore> {
+        fn notifying_store(&self) -> Option<diesel_outbox_postgres::PgStore> {
             Some(self.store().clone().with_notify())
         }
     }
@@ -273,7 +273,7 @@ mod mysql {
         sql_types::{BigInt, Blob, Text},
     };
     use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
-    use outbox_testkit::{TestBackend, backlog::Backlog, mysql::MysqlTestDb};
+    use diesel_outbox_testkit::{TestBackend, backlog::Backlog, mysql::MysqlTestDb};
 
     use super::{Prepare, Raw};
 

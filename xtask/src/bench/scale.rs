@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use outbox_core::{BatchRequest, LeaseRequest, Store};
-use outbox_testkit::backlog::Backlog;
+use diesel_outbox_core::{BatchRequest, LeaseRequest, Store};
+use diesel_outbox_testkit::backlog::Backlog;
 
 use super::{
     Plan,

@@ -3,7 +3,9 @@
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
-use outbox_core::{CancellationToken, Relay, RelayConfig, RetryPolicy, Worker, WorkerConfig};
+use diesel_outbox_core::{
+    CancellationToken, Relay, RelayConfig, RetryPolicy, Worker, WorkerConfig,
+};
 
 use super::{
     Backend,
@@ -85,9 +87,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     exit_with_parent();
     match args.backend {
         #[cfg(feature = "postgres")]
-        Backend::Postgres => relay::<outbox_testkit::postgres::PgTestDb>(args).await,
+        Backend::Postgres => relay::<diesel_outbox_testkit::postgres::PgTestDb>(args).await,
         #[cfg(feature = "mysql")]
-        Backend::Mysql => relay::<outbox_testkit::mysql::MysqlTestDb>(args).await,
+        Backend::Mysql => relay::<diesel_outbox_testkit::mysql::MysqlTestDb>(args).await,
         #[allow(unreachable_patterns)]
         _ => anyhow::bail!("xtask was built without this backend"),
     }

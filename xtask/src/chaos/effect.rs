@@ -4,7 +4,7 @@
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
-use outbox_core::{Delivery, Handler, HandlerError, Registry, handler_fn};
+use diesel_outbox_core::{Delivery, Handler, HandlerError, Registry, handler_fn};
 
 use super::{
     db::{KIND, Payload},
@@ -27,7 +27,7 @@ pub(crate) struct Behaviour {
     pub(crate) hang: Option<(PathBuf, String)>,
     /// Publish each delivery to JetStream before the effect.
     #[cfg(feature = "nats")]
-    pub(crate) publisher: Option<Arc<outbox_nats::JetStreamPublisher>>,
+    pub(crate) publisher: Option<Arc<diesel_outbox_nats::JetStreamPublisher>>,
 }
 
 /// A registry with the scenario handler for `order.created` v1.
@@ -88,12 +88,12 @@ pub(crate) const STREAM: &str = "CHAOS";
 
 /// The publisher of the NATS scenario: `chaos.order.created.v1`, ids `chaos:<task id>`.
 #[cfg(feature = "nats")]
-pub(crate) async fn publisher(url: &str) -> anyhow::Result<outbox_nats::JetStreamPublisher> {
+pub(crate) async fn publisher(url: &str) -> anyhow::Result<diesel_outbox_nats::JetStreamPublisher> {
     let client = async_nats::connect(url)
         .await
         .map_err(|error| anyhow::anyhow!("connecting to NATS at {url}: {error}"))?;
     Ok(
-        outbox_nats::JetStreamPublisher::builder(async_nats::jetstream::new(client))
+        diesel_outbox_nats::JetStreamPublisher::builder(async_nats::jetstream::new(client))
             .subject_prefix("chaos")
             .message_id_prefix("chaos")
             .route(KIND, 1)

@@ -151,7 +151,7 @@ async fn run_all(
         let found = match backend {
             #[cfg(feature = "postgres")]
             Backend::Postgres => {
-                on::<outbox_testkit::postgres::PgTestDb>(
+                on::<diesel_outbox_testkit::postgres::PgTestDb>(
                     *backend,
                     run,
                     scenarios,
@@ -163,7 +163,7 @@ async fn run_all(
             }
             #[cfg(feature = "mysql")]
             Backend::Mysql => {
-                on::<outbox_testkit::mysql::MysqlTestDb>(
+                on::<diesel_outbox_testkit::mysql::MysqlTestDb>(
                     *backend,
                     run,
                     scenarios,

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{
+use diesel_outbox_core::{
     BatchRequest, ClaimOutcome, LeaseRequest, Maintenance, Record, Result, Stats, Store, Task,
     TaskId, Wakeups, transition::Completion,
 };

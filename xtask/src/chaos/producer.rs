@@ -10,7 +10,7 @@ use std::{
     time::Duration,
 };
 
-use outbox_core::{CancellationToken, TaskId, Worker};
+use diesel_outbox_core::{CancellationToken, TaskId, Worker};
 use tokio::time::MissedTickBehavior;
 
 use super::{

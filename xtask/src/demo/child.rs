@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use outbox_core::{CancellationToken, Relay};
+use diesel_outbox_core::{CancellationToken, Relay};
 
 use super::{Backend, effect, settings};
 use crate::bench::raw::Raw;
@@ -25,11 +25,11 @@ pub(crate) struct Args {
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     match args.backend {
         #[cfg(feature = "sqlite")]
-        Backend::Sqlite => relay::<outbox_testkit::sqlite::SqliteTestDb>(&args).await,
+        Backend::Sqlite => relay::<diesel_outbox_testkit::sqlite::SqliteTestDb>(&args).await,
         #[cfg(feature = "postgres")]
-        Backend::Postgres => relay::<outbox_testkit::postgres::PgTestDb>(&args).await,
+        Backend::Postgres => relay::<diesel_outbox_testkit::postgres::PgTestDb>(&args).await,
         #[cfg(feature = "mysql")]
-        Backend::Mysql => relay::<outbox_testkit::mysql::MysqlTestDb>(&args).await,
+        Backend::Mysql => relay::<diesel_outbox_testkit::mysql::MysqlTestDb>(&args).await,
         #[allow(unreachable_patterns)]
         _ => anyhow::bail!("xtask was built without this backend"),
     }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use outbox_core::{Delivery, Handler, HandlerError, handler_fn};
+use diesel_outbox_core::{Delivery, Handler, HandlerError, handler_fn};
 
 use crate::bench::raw::Raw;
 
@@ -16,7 +16,7 @@ pub(crate) const ORDER_CREATED: &str = "order.created";
 pub(crate) fn order_created<B: Raw>(
     db: Arc<B>,
     failure_percent: u8,
-    #[cfg(feature = "nats")] publisher: Option<Arc<outbox_nats::JetStreamPublisher>>,
+    #[cfg(feature = "nats")] publisher: Option<Arc<diesel_outbox_nats::JetStreamPublisher>>,
 ) -> impl Handler {
     handler_fn(move |delivery: Delivery| {
         let db = Arc::clone(&db);
@@ -55,18 +55,18 @@ pub(crate) fn order_created<B: Raw>(
 pub(crate) fn worker<B: Raw>(
     db: &Arc<B>,
     owner: &str,
-    #[cfg(feature = "nats")] publisher: Option<Arc<outbox_nats::JetStreamPublisher>>,
-) -> anyhow::Result<outbox_core::Worker<B::Store>> {
+    #[cfg(feature = "nats")] publisher: Option<Arc<diesel_outbox_nats::JetStreamPublisher>>,
+) -> anyhow::Result<diesel_outbox_core::Worker<B::Store>> {
     let handler = order_created(
         Arc::clone(db),
         super::settings::FAILURE_PERCENT,
         #[cfg(feature = "nats")]
         publisher,
     );
-    let registry = outbox_core::Registry::builder()
+    let registry = diesel_outbox_core::Registry::builder()
         .handler(ORDER_CREATED, 1, handler)
         .build()?;
-    Ok(outbox_core::Worker::with_config(
+    Ok(diesel_outbox_core::Worker::with_config(
         db.store().clone(),
         registry,
         super::settings::worker(owner),

@@ -17,8 +17,8 @@ use std::{process::Stdio, sync::Arc, time::Instant};
 
 use anyhow::Context as _;
 use diesel_async::AsyncConnection;
+use diesel_outbox_core::{CancellationToken, Maintenance, Relay, Store, Task};
 use indicatif::{ProgressBar, ProgressStyle};
-use outbox_core::{CancellationToken, Maintenance, Relay, Store, Task};
 
 pub(crate) use child::{Args as ChildArgs, run as run_child};
 
@@ -69,11 +69,11 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     );
     match args.backend {
         #[cfg(feature = "sqlite")]
-        Backend::Sqlite => demo::<outbox_testkit::sqlite::SqliteTestDb>(&args).await,
+        Backend::Sqlite => demo::<diesel_outbox_testkit::sqlite::SqliteTestDb>(&args).await,
         #[cfg(feature = "postgres")]
-        Backend::Postgres => demo::<outbox_testkit::postgres::PgTestDb>(&args).await,
+        Backend::Postgres => demo::<diesel_outbox_testkit::postgres::PgTestDb>(&args).await,
         #[cfg(feature = "mysql")]
-        Backend::Mysql => demo::<outbox_testkit::mysql::MysqlTestDb>(&args).await,
+        Backend::Mysql => demo::<diesel_outbox_testkit::mysql::MysqlTestDb>(&args).await,
         #[allow(unreachable_patterns)]
         _ => anyhow::bail!(
             "xtask was built without the {} backend",
@@ -83,14 +83,14 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 #[cfg(feature = "nats")]
-async fn publisher(prefix: &str) -> anyhow::Result<outbox_nats::JetStreamPublisher> {
-    Ok(
-        outbox_nats::JetStreamPublisher::builder(outbox_testkit::nats::jetstream().await?)
-            .subject_prefix(prefix)
-            .route(effect::ORDER_CREATED, 1)
-            .message_id_prefix("demo")
-            .build()?,
+async fn publisher(prefix: &str) -> anyhow::Result<diesel_outbox_nats::JetStreamPublisher> {
+    Ok(diesel_outbox_nats::JetStreamPublisher::builder(
+        diesel_outbox_testkit::nats::jetstream().await?,
     )
+    .subject_prefix(prefix)
+    .route(effect::ORDER_CREATED, 1)
+    .message_id_prefix("demo")
+    .build()?)
 }
 
 fn bar(len: usize, what: &str) -> ProgressBar {
@@ -119,7 +119,7 @@ async fn demo<B: Raw>(args: &Args) -> anyhow::Result<()> {
     db.execute_sql(B::DELIVERIES).await?;
     #[cfg(feature = "nats")]
     let stream = match args.nats {
-        true => Some(outbox_testkit::nats::TestStream::create("demo").await?),
+        true => Some(diesel_outbox_testkit::nats::TestStream::create("demo").await?),
         false => None,
     };
     #[cfg(not(feature = "nats"))]

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{RelayConfig, RetryPolicy, WorkerConfig};
+use diesel_outbox_core::{RelayConfig, RetryPolicy, WorkerConfig};
 
 /// Share of handler calls that fail (retryably).
 pub(crate) const FAILURE_PERCENT: u8 = 10;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use outbox_core::Maintenance;
+use diesel_outbox_core::Maintenance;
 
 use crate::bench::{
     raw::Raw,
@@ -63,12 +63,12 @@ impl Summary {
     #[cfg(feature = "nats")]
     pub(crate) async fn with_stream(
         mut self,
-        stream: &outbox_testkit::nats::TestStream,
+        stream: &diesel_outbox_testkit::nats::TestStream,
     ) -> anyhow::Result<Self> {
         let messages = stream.messages().await?;
         let ids: std::collections::HashSet<_> = messages
             .iter()
-            .filter_map(|m| outbox_nats::decode_parts(Some(&m.headers), &m.payload).ok())
+            .filter_map(|m| diesel_outbox_nats::decode_parts(Some(&m.headers), &m.payload).ok())
             .map(|received| received.id)
             .collect();
         self.stream = Some((messages.len() as u64, ids.len() as u64));

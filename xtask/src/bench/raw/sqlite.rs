@@ -6,8 +6,8 @@ use diesel::{
     sqlite::Sqlite,
 };
 use diesel_async::RunQueryDsl;
-use outbox_sqlite::AsyncSqliteConnection;
-use outbox_testkit::{TestBackend, backlog::Backlog, sqlite::SqliteTestDb};
+use diesel_outbox_sqlite::AsyncSqliteConnection;
+use diesel_outbox_testkit::{TestBackend, backlog::Backlog, sqlite::SqliteTestDb};
 
 use super::{Prepare, Raw};
 

@@ -4,8 +4,8 @@
 use std::future::Future;
 
 use diesel_async::AsyncConnection;
-use outbox_core::{Store, Task, TaskId, Worker};
-use outbox_testkit::url;
+use diesel_outbox_core::{Store, Task, TaskId, Worker};
+use diesel_outbox_testkit::url;
 
 use crate::bench::raw::{Prepare, Raw};
 

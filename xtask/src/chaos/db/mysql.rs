@@ -1,9 +1,9 @@
 //! [`ChaosDb`] on MySQL/MariaDB.
 
 use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl};
-use outbox_core::{Store, TaskId, Worker};
-use outbox_mysql::MysqlStore;
-use outbox_testkit::{TestBackend, mysql::MysqlTestDb};
+use diesel_outbox_core::{Store, TaskId, Worker};
+use diesel_outbox_mysql::MysqlStore;
+use diesel_outbox_testkit::{TestBackend, mysql::MysqlTestDb};
 
 use super::{ChaosDb, OrderId, task};
 use crate::bench::raw::{Prepare, Raw};
@@ -17,7 +17,7 @@ impl ChaosDb for MysqlTestDb {
         order: i64,
     ) -> anyhow::Result<TaskId> {
         let task = task(order, false)?;
-        outbox_mysql::transaction(worker, conn, async |mut tx| {
+        diesel_outbox_mysql::transaction(worker, conn, async |mut tx| {
             Self::insert_order(tx.conn(), order, Prepare::Once).await?;
             Ok::<_, anyhow::Error>(tx.enqueue(task).await?)
         })

@@ -1,9 +1,9 @@
 //! [`ChaosDb`] on PostgreSQL.
 
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use outbox_core::{Store, TaskId, Worker};
-use outbox_postgres::PgStore;
-use outbox_testkit::{TestBackend, postgres::PgTestDb};
+use diesel_outbox_core::{Store, TaskId, Worker};
+use diesel_outbox_postgres::PgStore;
+use diesel_outbox_testkit::{TestBackend, postgres::PgTestDb};
 
 use super::{ChaosDb, OrderId, task};
 use crate::bench::raw::{Prepare, Raw};
@@ -17,7 +17,7 @@ impl ChaosDb for PgTestDb {
         order: i64,
     ) -> anyhow::Result<TaskId> {
         let task = task(order, false)?;
-        outbox_postgres::transaction(worker, conn, async |mut tx| {
+        diesel_outbox_postgres::transaction(worker, conn, async |mut tx| {
             Self::insert_order(tx.conn(), order, Prepare::Once).await?;
             Ok::<_, anyhow::Error>(tx.enqueue(task).await?)
         })

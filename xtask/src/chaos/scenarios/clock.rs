@@ -10,7 +10,7 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use outbox_core::CancellationToken;
+use diesel_outbox_core::CancellationToken;
 
 use super::{Ctx, pause, quantile, settle, setup, then_stop};
 use crate::chaos::{

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{CancellationToken, Store};
+use diesel_outbox_core::{CancellationToken, Store};
 
 use super::{Ctx, pause, settle, setup, then_stop};
 use crate::chaos::{

@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use outbox_core::CancellationToken;
+use diesel_outbox_core::CancellationToken;
 
 use super::{Ctx, pause, settle, setup, then_stop};
 use crate::chaos::{

@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use outbox_core::CancellationToken;
+use diesel_outbox_core::CancellationToken;
 
 use super::{
     Backend,

@@ -1,12 +1,12 @@
 //! NATS down for more than 10 s while three relays publish every task to
-//! JetStream through `outbox-nats`: afterwards the stream holds exactly one
+//! JetStream through `diesel-outbox-nats`: afterwards the stream holds exactly one
 //! message per task id (replays were dropped by `Nats-Msg-Id`).
 
 use std::{collections::HashSet, time::Duration};
 
 use anyhow::Context as _;
-use outbox_core::CancellationToken;
-use outbox_nats::StreamSpec;
+use diesel_outbox_core::CancellationToken;
+use diesel_outbox_nats::StreamSpec;
 
 use super::{Ctx, pause, settle, setup, then_stop};
 use crate::chaos::{
@@ -28,7 +28,8 @@ async fn stream_ids(url: &str) -> anyhow::Result<(u64, Vec<i64>)> {
     if state.messages > 0 {
         for sequence in state.first_sequence..=state.last_sequence {
             let message = stream.get_raw_message(sequence).await?;
-            let received = outbox_nats::decode_parts(Some(&message.headers), &message.payload)?;
+            let received =
+                diesel_outbox_nats::decode_parts(Some(&message.headers), &message.payload)?;
             ids.push(received.id.get());
         }
     }

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use outbox_core::{
+use diesel_outbox_core::{
     CancellationToken, Error, Relay, RelayConfig, RetryPolicy, Worker, WorkerConfig,
 };
 

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{CancellationToken, RetryPolicy, Worker, WorkerConfig};
+use diesel_outbox_core::{CancellationToken, RetryPolicy, Worker, WorkerConfig};
 
 use super::{Ctx, pause, settle, setup, then_stop};
 use crate::chaos::{
