@@ -55,6 +55,7 @@ pub mod wait;
 pub use backend::TestBackend;
 
 /// An `id` row.
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 #[derive(Debug, diesel::QueryableByName)]
 pub(crate) struct IdRow {
     #[diesel(sql_type = diesel::sql_types::BigInt)]
@@ -62,6 +63,7 @@ pub(crate) struct IdRow {
 }
 
 /// A `COUNT(*) AS n` row.
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 #[derive(Debug, diesel::QueryableByName)]
 pub(crate) struct Count {
     #[diesel(sql_type = diesel::sql_types::BigInt)]

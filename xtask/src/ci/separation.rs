@@ -1,5 +1,3 @@
-//! `cargo xtask ci`: checks that plain `cargo test` cannot make.
-//!
 //! Backends compile only when chosen: depending on `diesel-outbox-postgres` must not
 //! build `mysql_async` or SQLite (`libsqlite3-sys`), `diesel-outbox-mysql` must not
 //! build `tokio-postgres` or SQLite, and `diesel-outbox-sqlite` must build neither
@@ -8,10 +6,6 @@
 use std::process::Command;
 
 use anyhow::{Context as _, bail, ensure};
-
-/// Arguments of `ci`.
-#[derive(Debug, clap::Args)]
-pub(crate) struct Args {}
 
 /// `(package, crate it must not pull in)`.
 const SEPARATED: [(&str, &str); 6] = [
@@ -31,7 +25,8 @@ const DRIVERS: [(&str, &str); 3] = [
     ("diesel-outbox-sqlite", "libsqlite3-sys"),
 ];
 
-pub(crate) fn run(_args: Args) -> anyhow::Result<()> {
+/// Fails when a backend pulls in another backend's driver.
+pub(crate) fn check() -> anyhow::Result<()> {
     for (package, driver) in DRIVERS {
         let tree = cargo_tree(package)?;
         ensure!(
@@ -61,8 +56,7 @@ pub(crate) fn run(_args: Args) -> anyhow::Result<()> {
 
 /// `cargo tree -p package -e normal --prefix none`: one crate per line.
 fn cargo_tree(package: &str) -> anyhow::Result<String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let output = Command::new(cargo)
+    let output = Command::new(super::cargo())
         .args(["tree", "-p", package, "-e", "normal", "--prefix", "none"])
         .output()
         .context("running cargo tree")?;
