@@ -8,6 +8,7 @@
 //! migrations run on either runtime flavour.
 
 use anyhow::Context as _;
+use diesel_outbox_sql::{MigrationConnection, MigrationLock};
 
 use super::support::{config, enqueue_one, get, registry, task, worker};
 use crate::{TestBackend, handler};
@@ -136,6 +137,61 @@ pub async fn printed_migration_sql_makes_a_working_table<B: TestBackend>(
         "outbox_tasks survived the down SQL"
     );
     Ok(())
+}
+
+/// The outbox's migrations written into an application's own migrations
+/// folder (each under its `name()`, as `up.sql` and `down.sql`) and applied
+/// by diesel's harness from there are recorded under the same versions:
+/// `run_migrations` then finds nothing to apply, and the table works.
+pub async fn copied_migrations_count_as_applied<B>(db: &B) -> anyhow::Result<()>
+where
+    B: TestBackend,
+    MigrationConnection<B::Conn>: diesel::Connection<Backend = <B::Conn as diesel_async::AsyncConnectionCore>::Backend>
+        + diesel_migrations::MigrationHarness<<B::Conn as diesel_async::AsyncConnectionCore>::Backend>,
+    diesel_migrations::FileBasedMigrations:
+        diesel::migration::MigrationSource<<B::Conn as diesel_async::AsyncConnectionCore>::Backend>,
+{
+    never_migrated(db).await?;
+    let folder = std::env::temp_dir().join(format!("outbox-migrations-{:016x}", fastrand::u64(..)));
+    for migration in B::migration_sql() {
+        let dir = folder.join(migration.name());
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("up.sql"), migration.up())?;
+        std::fs::write(dir.join("down.sql"), migration.down())?;
+    }
+    let source = diesel_migrations::FileBasedMigrations::from_path(&folder)
+        .map_err(|error| anyhow::anyhow!("{error}"))?;
+    let applied = diesel_outbox_sql::run_migrations(db.connect().await?, source, NoLock).await;
+    std::fs::remove_dir_all(&folder)?;
+    assert_eq!(
+        applied?,
+        versions::<B>(false),
+        "diesel applied other versions"
+    );
+
+    assert!(
+        db.migrate().await?.is_empty(),
+        "run_migrations applied what the copied migrations did"
+    );
+    let (mock, handle) = handler::recording();
+    let worker = worker(db, registry(mock)?, config("w"))?;
+    let id = enqueue_one(db, task(1)).await?;
+    worker.send(id).await?;
+    assert_eq!(handle.succeeded_ids(), [id]);
+    Ok(())
+}
+
+/// No lock: one run at a time in this scenario.
+struct NoLock;
+
+impl<C> MigrationLock<C> for NoLock {
+    fn acquire(&mut self, _conn: &mut C) -> diesel_outbox_core::Result<()> {
+        Ok(())
+    }
+
+    fn release(&mut self, _conn: &mut C) -> diesel_outbox_core::Result<()> {
+        Ok(())
+    }
 }
 
 /// The outbox's versions, oldest first (or newest first, `newest_first`).

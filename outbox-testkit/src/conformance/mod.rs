@@ -151,6 +151,7 @@ macro_rules! conformance_tests {
             concurrent_migration_runs_both_succeed,
             revert_leaves_the_applications_migrations,
             printed_migration_sql_makes_a_working_table,
+            copied_migrations_count_as_applied,
         );
 
         /// The child process of `killed_relay_loses_nothing`: does nothing
