@@ -100,16 +100,31 @@ impl<S: Server> IsolatedDb<S> {
     }
 }
 
+/// A connection to `url`, or an error that says what is missing: the
+/// database (by name, on which server) or the server itself.
 async fn establish<S: Server>(url: &str) -> anyhow::Result<S::Conn> {
-    S::Conn::establish(url).await.with_context(|| {
+    let error = match S::Conn::establish(url).await {
+        Ok(conn) => return Ok(conn),
+        Err(error) => error,
+    };
+    let (server, database) = url::server_and_database(url);
+    let message = error.to_string();
+    let advice = if url::is_missing_database(&message) {
         format!(
-            "could not connect to {} at {url} (set {} or DATABASE_URL to choose another): \
-             check that the server runs and that the database in the URL exists; {}",
+            "database {database} does not exist on {server}; create it (CREATE DATABASE {database}) \
+             or set {} or DATABASE_URL to a database that exists",
+            S::URL_VAR
+        )
+    } else {
+        format!(
+            "could not connect to {} at {server} (database {database}); check that it runs, \
+             or set {} or DATABASE_URL to choose another server; {}",
             S::NAME,
             S::URL_VAR,
             S::START_HINT
         )
-    })
+    };
+    Err(anyhow::Error::new(error).context(advice))
 }
 
 impl<S: Server> TestBackend for IsolatedDb<S> {
@@ -214,5 +229,35 @@ impl<S: Server> Drop for IsolatedDb<S> {
                 .await?;
             Ok(())
         });
+    }
+}
+
+#[cfg(test)]
+mod missing_database {
+    use super::{Server, establish};
+    use crate::url;
+
+    /// Connecting to a database that does not exist names it and its server.
+    async fn names_the_missing_database<S: Server>() {
+        let server_url = url::server_from_env(S::URL_VAR, S::SCHEMES, S::DEFAULT_URL);
+        let missing = url::database_name("no_such_database");
+        let Err(error) = establish::<S>(&url::with_database(&server_url, &missing)).await else {
+            panic!("connected to a database that does not exist");
+        };
+        let (server, _) = url::server_and_database(&server_url);
+        let expected = format!("database {missing} does not exist on {server}");
+        assert!(format!("{error:#}").contains(&expected), "{error:#}");
+    }
+
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn postgres() {
+        names_the_missing_database::<crate::postgres::Postgres>().await;
+    }
+
+    #[cfg(feature = "mysql")]
+    #[tokio::test]
+    async fn mysql() {
+        names_the_missing_database::<crate::mysql::Mysql>().await;
     }
 }

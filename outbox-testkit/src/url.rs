@@ -47,6 +47,26 @@ pub fn with_database(url: &str, database: &str) -> String {
     out
 }
 
+/// The server (`host:port`, without credentials) and the database a URL
+/// names, for messages: `postgres://u:p@db:5432/test?x=1` gives
+/// `("db:5432", "test")`.
+pub fn server_and_database(url: &str) -> (&str, &str) {
+    let base = url.split_once('?').map_or(url, |(base, _)| base);
+    let rest = base.split_once("://").map_or(base, |(_, rest)| rest);
+    let (authority, database) = rest.split_once('/').unwrap_or((rest, ""));
+    let server = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    (server, database)
+}
+
+/// Whether a connection error says the database in the URL does not exist
+/// (PostgreSQL's `database "x" does not exist`, MySQL's `Unknown database 'x'`).
+pub fn is_missing_database(message: &str) -> bool {
+    (message.contains("database \"") && message.contains("does not exist"))
+        || message.contains("Unknown database")
+}
+
 /// A database name for `test`: lowercase, safe characters only, unique per
 /// call, and within the 63/64-character limits of PostgreSQL and MySQL.
 pub fn database_name(test: &str) -> String {
@@ -82,6 +102,25 @@ mod tests {
         );
         assert_eq!(pick(Some(""), Some("mysql://c/z"), &pg, default), default);
         assert_eq!(pick(None, None, &pg, default), default);
+    }
+
+    #[test]
+    fn names_the_server_and_database_without_credentials() {
+        assert_eq!(
+            server_and_database("postgres://u:secret@db:5432/test?sslmode=disable"),
+            ("db:5432", "test")
+        );
+        assert_eq!(
+            server_and_database("mysql://root@127.0.0.1:3306/test"),
+            ("127.0.0.1:3306", "test")
+        );
+        assert_eq!(
+            server_and_database("mysql://127.0.0.1:3306"),
+            ("127.0.0.1:3306", "")
+        );
+        assert!(is_missing_database(r#"database "test" does not exist"#));
+        assert!(is_missing_database("Unknown database 'test'"));
+        assert!(!is_missing_database("Connection refused (os error 111)"));
     }
 
     #[test]
