@@ -18,7 +18,7 @@ use std::{process::Stdio, sync::Arc, time::Instant};
 use anyhow::Context as _;
 use diesel_async::AsyncConnection;
 use diesel_outbox_core::{CancellationToken, Maintenance, Relay, Store, Task};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 
 pub(crate) use child::{Args as ChildArgs, run as run_child};
 
@@ -93,11 +93,20 @@ async fn publisher(prefix: &str) -> anyhow::Result<diesel_outbox_nats::JetStream
     .build()?)
 }
 
-fn bar(len: usize, what: &str) -> ProgressBar {
+/// A progress bar whose rate is its position over the time since `since`, in
+/// whole items per second: the summary's rates are computed the same way.
+fn bar(len: usize, what: &str, since: Instant) -> ProgressBar {
     let bar = ProgressBar::new(len as u64);
-    let template = format!("{{spinner}} {what:<18} [{{bar:40}}] {{pos}}/{{len}} ({{per_sec}})");
+    let template = format!("{{spinner}} {what:<18} [{{bar:40}}] {{pos}}/{{len}} ({{rate}})");
     if let Ok(style) = ProgressStyle::with_template(&template) {
-        bar.set_style(style.progress_chars("=> "));
+        let style = style.progress_chars("=> ").with_key(
+            "rate",
+            move |state: &ProgressState, out: &mut dyn std::fmt::Write| {
+                let rate = state.pos() as f64 / since.elapsed().as_secs_f64().max(f64::EPSILON);
+                let _ = write!(out, "{}/s", summary::whole(rate));
+            },
+        );
+        bar.set_style(style);
     }
     bar
 }
@@ -156,8 +165,8 @@ async fn demo<B: Raw>(args: &Args) -> anyhow::Result<()> {
     let mut relay_process = Some(command.spawn().context("starting the relay process")?);
 
     // The order service: place orders, each with its message, send after commit.
-    let placed = bar(args.orders, "orders placed");
     let started = Instant::now();
+    let placed = bar(args.orders, "orders placed", started);
     let kill_at = (args.orders / 3).max(1);
     let third_placed = tokio::sync::Notify::new();
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -207,7 +216,7 @@ async fn demo<B: Raw>(args: &Args) -> anyhow::Result<()> {
         let shutdown = shutdown.clone();
         async move { relay.run(shutdown).await }
     });
-    let delivered = bar(args.orders, "messages delivered");
+    let delivered = bar(args.orders, "messages delivered", started);
     loop {
         let stats = db.store().stats().await?;
         delivered.set_position(stats.succeeded);

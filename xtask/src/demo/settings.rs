@@ -8,12 +8,16 @@ use diesel_outbox_core::{RelayConfig, RetryPolicy, WorkerConfig};
 /// Share of handler calls that fail (retryably).
 pub(crate) const FAILURE_PERCENT: u8 = 10;
 
+/// How long a claim holds a task: what a task claimed by the killed relay
+/// waits before another relay may take it.
+pub(crate) const LEASE: Duration = Duration::from_secs(3);
+
 /// Worker settings named `owner`.
 pub(crate) fn worker(owner: &str) -> WorkerConfig {
     WorkerConfig::default()
         .owner(owner)
         .handler_timeout(Duration::from_secs(1))
-        .lease_duration(Duration::from_secs(3))
+        .lease_duration(LEASE)
         .retry(
             RetryPolicy::new(Duration::from_millis(100), Duration::from_secs(1), 0.2)
                 .unwrap_or_default(),

@@ -77,9 +77,9 @@ impl Summary {
 
     #[allow(clippy::print_stdout)] // the summary is the command's output
     pub(crate) fn print(&self) {
-        let rate = |n: i64, d: Duration| n as f64 / d.as_secs_f64().max(f64::EPSILON);
+        let rate = |n: i64, d: Duration| whole(n as f64 / d.as_secs_f64().max(f64::EPSILON));
         println!();
-        println!("| | |");
+        println!("| measure | value |");
         println!("|---|---|");
         println!("| orders committed | {} |", self.orders);
         println!(
@@ -93,11 +93,11 @@ impl Summary {
         println!("| tasks that needed a retry | {} |", self.retried);
         println!("| lost | {} |", self.lost);
         println!(
-            "| orders placed per second | {:.0} |",
+            "| orders placed per second | {} |",
             rate(self.orders, self.placing)
         );
         println!(
-            "| messages delivered per second, overall | {:.0} |",
+            "| messages delivered per second, from the first order to the last delivery | {} |",
             rate(self.delivered, self.total)
         );
         println!(
@@ -114,5 +114,47 @@ impl Summary {
             );
         }
         println!();
+        let lease = super::settings::LEASE;
+        let past_lease = self.latencies.iter().filter(|l| **l >= lease).count();
+        if past_lease > 0 {
+            println!(
+                "{past_lease} tasks waited at least the lease ({} s) for their first delivery: \
+                 the killed relay had claimed them, and a claimed task stays leased until its \
+                 lease lapses; only then may another relay take it.",
+                lease.as_secs()
+            );
+        }
+        println!(
+            "The rest of the spread is queueing while orders are placed faster than they are \
+             delivered, and the backoff (up to 1 s) of retries after injected failures."
+        );
+    }
+}
+
+/// `x` rounded to a whole number, with thousands separated by commas:
+/// `92859.13` is `92,859`.
+pub(crate) fn whole(x: f64) -> String {
+    let digits = format!("{:.0}", x.max(0.0));
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::whole;
+
+    #[test]
+    fn whole_numbers_with_thousands_separated() {
+        assert_eq!(whole(92_859.130_8), "92,859");
+        assert_eq!(whole(999.6), "1,000");
+        assert_eq!(whole(76.0), "76");
+        assert_eq!(whole(1_234_567.0), "1,234,567");
+        assert_eq!(whole(0.2), "0");
     }
 }
