@@ -7,4 +7,5 @@ mod conformance {
 mod database_errors;
 mod migration_lock;
 mod notify;
+mod own_schema;
 mod pool_recycling;
