@@ -23,6 +23,7 @@ use diesel_outbox_core::{
 use diesel_outbox_sql::{cached, mysql_error};
 
 use crate::{
+    json_rows,
     row::TaskRow,
     store_transaction::{Isolation, read_committed},
     timestamp,
@@ -106,16 +107,21 @@ fn expired_record(mut record: Record, now: DateTime<Utc>) -> Record {
     record
 }
 
-fn id_list(ids: &[TaskId]) -> String {
-    let mut list = String::new();
-    for (i, id) in ids.iter().enumerate() {
-        if i > 0 {
-            list.push(',');
-        }
-        list.push_str(&id.get().to_string());
-    }
-    list
-}
+/// Leases the rows `ids` (a JSON array, see [`json_rows::ids`]) to one owner.
+/// The ids come as one JSON document, so the text is fixed and prepared
+/// once per connection; each id reaches its row through the primary key.
+const SET_LEASES_SQL: &str = "\
+UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j
+STRAIGHT_JOIN outbox_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+SET t.status = 'running', t.attempts = t.attempts + 1, t.lease_owner = ?,
+    t.lease_expires_at = ?, t.updated_at = ?";
+
+/// Fails the expired rows `ids`, like [`SET_LEASES_SQL`].
+const EXPIRE_SQL: &str = "\
+UPDATE JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j
+STRAIGHT_JOIN outbox_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+SET t.status = 'failed', t.finished_at = ?, t.updated_at = ?, t.last_error = ?,
+    t.lease_owner = NULL, t.lease_expires_at = NULL";
 
 async fn set_leases(
     conn: &mut AsyncMysqlConnection,
@@ -127,18 +133,14 @@ async fn set_leases(
         return Ok(());
     }
     let until = timestamp::to_column("lease_duration", transition::after(now, lease.duration))?;
-    diesel::sql_query(format!(
-        "UPDATE outbox_tasks FORCE INDEX (PRIMARY) \
-         SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
-         lease_expires_at = ?, updated_at = ? WHERE id IN ({})",
-        id_list(ids)
-    ))
-    .bind::<Text, _>(&lease.owner)
-    .bind::<Datetime, _>(until)
-    .bind::<Datetime, _>(now.naive_utc())
-    .execute(conn)
-    .await
-    .map_err(mysql_error)?;
+    cached::<Mysql>(SET_LEASES_SQL)
+        .bind::<Text, _>(json_rows::ids(ids))
+        .bind::<Text, _>(&lease.owner)
+        .bind::<Datetime, _>(until)
+        .bind::<Datetime, _>(now.naive_utc())
+        .execute(conn)
+        .await
+        .map_err(mysql_error)?;
     Ok(())
 }
 
@@ -146,18 +148,14 @@ async fn expire(conn: &mut AsyncMysqlConnection, ids: &[TaskId], now: DateTime<U
     if ids.is_empty() {
         return Ok(());
     }
-    diesel::sql_query(format!(
-        "UPDATE outbox_tasks FORCE INDEX (PRIMARY) \
-         SET status = 'failed', finished_at = ?, updated_at = ?, \
-         last_error = ?, lease_owner = NULL, lease_expires_at = NULL WHERE id IN ({})",
-        id_list(ids)
-    ))
-    .bind::<Datetime, _>(now.naive_utc())
-    .bind::<Datetime, _>(now.naive_utc())
-    .bind::<Text, _>(EXPIRED_ERROR)
-    .execute(conn)
-    .await
-    .map_err(mysql_error)?;
+    cached::<Mysql>(EXPIRE_SQL)
+        .bind::<Text, _>(json_rows::ids(ids))
+        .bind::<Datetime, _>(now.naive_utc())
+        .bind::<Datetime, _>(now.naive_utc())
+        .bind::<Text, _>(EXPIRED_ERROR)
+        .execute(conn)
+        .await
+        .map_err(mysql_error)?;
     Ok(())
 }
 

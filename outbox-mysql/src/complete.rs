@@ -7,34 +7,24 @@ use std::collections::HashSet;
 use diesel::{
     QueryableByName,
     mysql::Mysql,
-    sql_types::{BigInt, Bool, Text},
+    sql_types::{BigInt, Text},
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
 use diesel_outbox_core::{
-    Result, Status,
+    Result,
     transition::{self, Completion},
 };
-use diesel_outbox_sql::{micros, mysql_error};
+use diesel_outbox_sql::{cached, mysql_error};
 
 use crate::{
-    keys,
+    json_rows, keys,
     store_transaction::{Isolation, read_committed},
 };
 
 /// Writes `completions`; returns how many rows were still current and applied.
 ///
-/// One `UPDATE` per [`MAX_PER_STATEMENT`] results, whose `WHERE` applies a
-/// result only while `id`, `lease_owner` and `attempts` still match its claim
-/// ([`diesel_outbox_core::transition::complete`] in SQL); `id IN (...)` with the
-/// primary key forced keeps it there: left to itself, the optimizer may walk
-/// the `(status, ...)` index's range of running rows instead, locking other
-/// workers' rows on the way, and two concurrent writes then deadlock. Each value is picked by a searched `CASE` arm matching
-/// `(id, attempts)`: `attempts` grows with every claim, so it tells the
-/// claims of one task apart, and a batch holding a stale and a current result
-/// for the same task applies the current one, whichever comes first. The `SET`
-/// list evaluates left to right on the updated row, so no expression in it
-/// reads a column assigned before it. diesel-async reports rows matched,
-/// which here is exactly the rows whose fence held.
+/// One [`COMPLETE_SQL`] per [`MAX_PER_STATEMENT`] results, the results sent
+/// as one JSON document, so the statement is prepared once per connection.
 pub(crate) async fn write(
     conn: &mut AsyncMysqlConnection,
     completions: &[Completion],
@@ -65,11 +55,71 @@ pub(crate) async fn write(
 
 async fn write_all(conn: &mut AsyncMysqlConnection, completions: &[Completion]) -> Result<u64> {
     let mut applied = 0;
-    for chunk in completions.chunks(MAX_PER_STATEMENT) {
-        applied += write_chunk(conn, chunk).await?;
+    for document in json_rows::completions(completions, MAX_PER_STATEMENT) {
+        let rows = cached::<Mysql>(COMPLETE_SQL)
+            .bind::<Text, _>(document)
+            .execute(conn)
+            .await
+            .map_err(mysql_error)?;
+        applied += rows as u64;
     }
     Ok(applied)
 }
+
+/// Completions per statement: a bound on the statement's work and its JSON
+/// (also bounded in bytes, see [`json_rows::completions`]). A stale and a
+/// current result for one task may land in different statements: the stale
+/// one matches no row in either, so splitting changes nothing but the
+/// statement count.
+const MAX_PER_STATEMENT: usize = 2_000;
+
+/// The completions as `JSON_TABLE` rows (see [`json_rows::completions`]).
+/// Listed first and joined outright, each reaches its row by primary key.
+macro_rules! completions_table {
+    () => {
+        "JSON_TABLE(?, '$[*]' COLUMNS (\
+           id BIGINT PATH '$.id', \
+           attempts BIGINT PATH '$.attempts', \
+           owner VARCHAR(255) CHARACTER SET utf8mb4 PATH '$.owner', \
+           status VARCHAR(16) PATH '$.status', \
+           finished INT PATH '$.finished', \
+           released INT PATH '$.released', \
+           retry_us BIGINT PATH '$.retry_us', \
+           error LONGTEXT CHARACTER SET utf8mb4 PATH '$.error')) AS j \
+         STRAIGHT_JOIN outbox_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id "
+    };
+}
+
+/// Applies each result only while `id`, `lease_owner` and `attempts` still
+/// match its claim ([`diesel_outbox_core::transition::complete`] in SQL).
+/// The rows are reached through the primary key from the JSON rows, in their
+/// order: left to itself, the optimizer may walk the `(status, ...)` index's
+/// range of running rows instead, locking other workers' rows on the way, and
+/// two concurrent writes then deadlock. A batch holding a stale and a current
+/// result for one task applies the current one, whichever comes first: the
+/// stale row's `attempts` no longer matches. No `SET` expression reads a
+/// column assigned before it. diesel-async reports rows matched, which here
+/// is exactly the rows whose fence held (a row matched twice counts once).
+const COMPLETE_SQL: &str = concat!(
+    "UPDATE ",
+    completions_table!(),
+    "SET t.status = j.status, \
+       t.next_attempt_at = IF(j.retry_us IS NULL, t.next_attempt_at, \
+                              UTC_TIMESTAMP(6) + INTERVAL j.retry_us MICROSECOND), \
+       t.last_error = IF(j.error IS NULL, t.last_error, j.error), \
+       t.released = t.released + j.released, \
+       t.finished_at = IF(j.finished = 1, UTC_TIMESTAMP(6), NULL), \
+       t.lease_owner = NULL, t.lease_expires_at = NULL, t.updated_at = UTC_TIMESTAMP(6) \
+     WHERE t.status = 'running' AND t.attempts = j.attempts AND t.lease_owner = j.owner"
+);
+
+/// The `(id, attempts)` of the results whose claim is still current, locked.
+const CURRENT_FENCES_SQL: &str = concat!(
+    "SELECT t.id, t.attempts FROM ",
+    completions_table!(),
+    "WHERE t.status = 'running' AND t.attempts = j.attempts AND t.lease_owner = j.owner \
+     FOR UPDATE"
+);
 
 #[derive(QueryableByName)]
 struct Fenced {
@@ -86,153 +136,16 @@ async fn current_fences(
     completions: &[&Completion],
 ) -> Result<HashSet<(i64, i64)>> {
     let mut current = HashSet::new();
-    for chunk in completions.chunks(MAX_PER_STATEMENT) {
-        let sql = format!(
-            "SELECT id, attempts FROM outbox_tasks FORCE INDEX (PRIMARY) \
-             WHERE id IN ({ids}) AND status = 'running' \
-               AND (id, attempts, lease_owner) IN ({fences}) FOR UPDATE",
-            ids = placeholders("?", chunk.len()),
-            fences = placeholders("(?, ?, ?)", chunk.len()),
-        );
-        let mut query = diesel::sql_query(sql).into_boxed::<Mysql>();
-        for c in chunk {
-            query = query.bind::<BigInt, _>(c.fence.id.get());
-        }
-        for c in chunk {
-            query = bind_claim(query, c).bind::<Text, _>(&c.fence.owner);
-        }
-        let rows: Vec<Fenced> = query.load(conn).await.map_err(mysql_error)?;
+    for document in json_rows::completions(completions.iter().copied(), MAX_PER_STATEMENT) {
+        let rows: Vec<Fenced> = cached::<Mysql>(CURRENT_FENCES_SQL)
+            .bind::<Text, _>(document)
+            .load(conn)
+            .await
+            .map_err(mysql_error)?;
         current.extend(rows.into_iter().map(|row| (row.id, row.attempts)));
     }
     Ok(current)
 }
 
-/// Completions per statement. A prepared statement takes at most 65,535
-/// placeholders and a completion needs up to 18. A stale and a current result
-/// for one task may land in different statements: the stale one matches no
-/// row in either, so splitting changes nothing but the statement count.
-const MAX_PER_STATEMENT: usize = 2_000;
-
-async fn write_chunk(conn: &mut AsyncMysqlConnection, completions: &[Completion]) -> Result<u64> {
-    let Some(first) = completions.first() else {
-        return Ok(0);
-    };
-    let owner = &first.fence.owner;
-    if completions
-        .iter()
-        .all(|c| c.status == Status::Succeeded && &c.fence.owner == owner)
-    {
-        return succeed(conn, owner, completions).await;
-    }
-    let retrying: Vec<&Completion> = completions
-        .iter()
-        .filter(|c| c.retry_in.is_some())
-        .collect();
-    let with_error: Vec<&Completion> = completions
-        .iter()
-        .filter(|c| c.last_error.is_some())
-        .collect();
-    let released: Vec<&Completion> = completions.iter().filter(|c| c.released).collect();
-    let arms = |n: usize| "WHEN id = ? AND attempts = ? THEN ? ".repeat(n);
-    let sql = format!(
-        "UPDATE outbox_tasks FORCE INDEX (PRIMARY) SET \
-           status = CASE {status} END, \
-           next_attempt_at = {retry}, \
-           last_error = {error}, \
-           released = {released}, \
-           finished_at = CASE {finished} END, \
-           lease_owner = NULL, lease_expires_at = NULL, updated_at = UTC_TIMESTAMP(6) \
-         WHERE id IN ({ids}) AND status = 'running' \
-           AND (id, attempts, lease_owner) IN ({fences})",
-        status = arms(completions.len()),
-        retry = case_or(
-            "next_attempt_at",
-            "WHEN id = ? AND attempts = ? THEN UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND ",
-            retrying.len()
-        ),
-        error = case_or("last_error", &arms(1), with_error.len()),
-        released = case_or(
-            "released",
-            "WHEN id = ? AND attempts = ? THEN released + 1 ",
-            released.len()
-        ),
-        finished = "WHEN id = ? AND attempts = ? THEN IF(?, UTC_TIMESTAMP(6), NULL) "
-            .repeat(completions.len()),
-        ids = placeholders("?", completions.len()),
-        fences = placeholders("(?, ?, ?)", completions.len()),
-    );
-    let mut query = diesel::sql_query(sql).into_boxed::<Mysql>();
-    for c in completions {
-        query = bind_claim(query, c).bind::<Text, _>(c.status.as_str());
-    }
-    for c in &retrying {
-        query = bind_claim(query, c).bind::<BigInt, _>(c.retry_in.map_or(0, micros));
-    }
-    for c in &with_error {
-        query = bind_claim(query, c).bind::<Text, _>(c.last_error.as_deref().unwrap_or_default());
-    }
-    for c in &released {
-        query = bind_claim(query, c);
-    }
-    for c in completions {
-        query = bind_claim(query, c).bind::<Bool, _>(c.status.is_finished());
-    }
-    for c in completions {
-        query = query.bind::<BigInt, _>(c.fence.id.get());
-    }
-    for c in completions {
-        query = bind_claim(query, c).bind::<Text, _>(&c.fence.owner);
-    }
-    let applied = query.execute(conn).await.map_err(mysql_error)?;
-    Ok(applied as u64)
-}
-
-type Query<'q> = diesel::query_builder::BoxedSqlQuery<'q, Mysql, diesel::query_builder::SqlQuery>;
-
-/// Binds the `id = ? AND attempts = ?` of `c`'s claim.
-fn bind_claim<'q>(query: Query<'q>, c: &Completion) -> Query<'q> {
-    query
-        .bind::<BigInt, _>(c.fence.id.get())
-        .bind::<BigInt, _>(c.fence.attempt)
-}
-
-/// `CASE <arm × n> ELSE column END`, or just `column` when there is no arm.
-fn case_or(column: &str, arm: &str, n: usize) -> String {
-    if n == 0 {
-        column.to_owned()
-    } else {
-        format!("CASE {} ELSE {column} END", arm.repeat(n))
-    }
-}
-
-/// `one` `n` times, comma-separated.
-fn placeholders(one: &str, n: usize) -> String {
-    vec![one; n].join(", ")
-}
-
-/// The common case, all succeeded for one owner: only the fence varies by row.
-async fn succeed(
-    conn: &mut AsyncMysqlConnection,
-    owner: &str,
-    completions: &[Completion],
-) -> Result<u64> {
-    let sql = format!(
-        "UPDATE outbox_tasks FORCE INDEX (PRIMARY) SET status = 'succeeded', last_error = '', \
-           finished_at = UTC_TIMESTAMP(6), lease_owner = NULL, lease_expires_at = NULL, \
-           updated_at = UTC_TIMESTAMP(6) \
-         WHERE id IN ({ids}) AND status = 'running' AND lease_owner = ? \
-           AND (id, attempts) IN ({fences})",
-        ids = placeholders("?", completions.len()),
-        fences = placeholders("(?, ?)", completions.len()),
-    );
-    let mut query = diesel::sql_query(sql).into_boxed::<Mysql>();
-    for c in completions {
-        query = query.bind::<BigInt, _>(c.fence.id.get());
-    }
-    query = query.bind::<Text, _>(owner);
-    for c in completions {
-        query = bind_claim(query, c);
-    }
-    let applied = query.execute(conn).await.map_err(mysql_error)?;
-    Ok(applied as u64)
-}
+#[cfg(test)]
+mod plans;

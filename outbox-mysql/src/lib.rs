@@ -1,4 +1,4 @@
-//! The transactional outbox on MySQL 8.0.1+ and MariaDB 10.6+, with diesel-async.
+//! The transactional outbox on MySQL 8.0.4+ and MariaDB 10.6+, with diesel-async.
 //!
 //! Enqueue a task in the same transaction as your business rows; after commit,
 //! send it; anything that fails is retried by a later round, on one instance
@@ -64,6 +64,7 @@ mod claim;
 mod complete;
 mod discard;
 mod enqueue;
+mod json_rows;
 mod keys;
 mod maintenance;
 mod migrate;

@@ -24,8 +24,8 @@ struct Facts {
     autoinc_lock_mode: String,
 }
 
-/// Reads the server's facts and checks it supports `SKIP LOCKED`
-/// (MariaDB 10.6+, MySQL 8.0.1+).
+/// Reads the server's facts and checks it supports `SKIP LOCKED` and
+/// `JSON_TABLE` (MariaDB 10.6+, MySQL 8.0.4+).
 pub(crate) async fn inspect(conn: &mut AsyncMysqlConnection) -> Result<ServerInfo> {
     let facts: Facts = diesel::sql_query(
         "SELECT VERSION() AS version, \
@@ -34,9 +34,9 @@ pub(crate) async fn inspect(conn: &mut AsyncMysqlConnection) -> Result<ServerInf
     .get_result(conn)
     .await
     .map_err(mysql_error)?;
-    if !supports_skip_locked(&facts.version) {
+    if !supported(&facts.version) {
         return Err(Error::Unsupported(format!(
-            "server {} lacks FOR UPDATE SKIP LOCKED; MariaDB 10.6 or MySQL 8.0.1 or later is needed",
+            "server {} lacks FOR UPDATE SKIP LOCKED or JSON_TABLE; MariaDB 10.6 or MySQL 8.0.4 or later is needed",
             facts.version
         )));
     }
@@ -46,8 +46,9 @@ pub(crate) async fn inspect(conn: &mut AsyncMysqlConnection) -> Result<ServerInf
     })
 }
 
-/// Whether a `VERSION()` string names a server with `SKIP LOCKED`.
-pub(crate) fn supports_skip_locked(version: &str) -> bool {
+/// Whether a `VERSION()` string names a server with `SKIP LOCKED` (claims)
+/// and `JSON_TABLE` (lists of rows in one fixed statement).
+pub(crate) fn supported(version: &str) -> bool {
     let numbers: Vec<u32> = version
         .split(|c: char| !c.is_ascii_digit())
         .take(3)
@@ -57,23 +58,25 @@ pub(crate) fn supports_skip_locked(version: &str) -> bool {
     if version.to_ascii_lowercase().contains("mariadb") {
         at_least([10, 6, 0])
     } else {
-        at_least([8, 0, 1])
+        at_least([8, 0, 4])
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::supports_skip_locked;
+    use super::supported;
 
     #[test]
-    fn knows_which_servers_skip_locked_rows() {
-        assert!(supports_skip_locked("10.11.19-MariaDB-0+deb12u1"));
-        assert!(supports_skip_locked("10.6.0-MariaDB"));
-        assert!(!supports_skip_locked("10.5.23-MariaDB-log"));
-        assert!(supports_skip_locked("8.0.36"));
-        assert!(supports_skip_locked("8.0.1"));
-        assert!(!supports_skip_locked("8.0.0-dmr"));
-        assert!(!supports_skip_locked("5.7.44-log"));
-        assert!(supports_skip_locked("9.1.0"));
+    fn knows_which_servers_are_supported() {
+        assert!(supported("10.11.19-MariaDB-0+deb12u1"));
+        assert!(supported("10.6.0-MariaDB"));
+        assert!(!supported("10.5.23-MariaDB-log"));
+        assert!(supported("8.0.36"));
+        assert!(supported("8.0.4"));
+        assert!(!supported("8.0.3-rc"));
+        assert!(!supported("8.0.1"));
+        assert!(!supported("8.0.0-dmr"));
+        assert!(!supported("5.7.44-log"));
+        assert!(supported("9.1.0"));
     }
 }

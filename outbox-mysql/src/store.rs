@@ -23,7 +23,7 @@ use crate::{
     store_transaction::{Isolation, SESSION_READ_COMMITTED},
 };
 
-/// The outbox on MySQL 8.0.1+ or MariaDB 10.6+, over a deadpool pool of
+/// The outbox on MySQL 8.0.4+ or MariaDB 10.6+, over a deadpool pool of
 /// diesel-async connections (pure Rust, no libmysqlclient).
 ///
 /// `enqueue` runs on the caller's connection inside the caller's transaction;

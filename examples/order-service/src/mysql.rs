@@ -1,4 +1,4 @@
-//! The order service on MySQL 8.0.1+ or MariaDB 10.6+.
+//! The order service on MySQL 8.0.4+ or MariaDB 10.6+.
 
 use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
 use diesel_outbox_mysql::{MysqlStore, outbox::Worker, run_migrations, transaction};
