@@ -71,6 +71,9 @@ mod otel {
             opentelemetry::global::get_text_map_propagator(|propagator| {
                 propagator.inject_context(&self.context, &mut Collect(&mut fresh));
             });
+            // An empty value carries nothing (the W3C propagator writes an
+            // empty `tracestate` when there is none).
+            fresh.retain(|(_, value)| !value.is_empty());
             if fresh.is_empty() {
                 return;
             }
@@ -166,3 +169,37 @@ mod otel {
 
 #[cfg(feature = "opentelemetry")]
 pub(crate) use otel::adopt_parent;
+
+#[cfg(all(test, feature = "opentelemetry"))]
+mod tests {
+    use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
+    use opentelemetry_sdk::trace::SdkTracerProvider;
+    use tracing::Instrument;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use crate::{Task, TaskId, telemetry::traced_enqueue};
+
+    /// This binary never sets a global propagator: the default writes nothing,
+    /// even though the enqueue runs in a span OpenTelemetry sees.
+    #[tokio::test]
+    async fn without_a_propagator_no_header_is_added() {
+        let tracer = SdkTracerProvider::builder().build().tracer("test");
+        let subscriber =
+            tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(tracer));
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let request = tracing::info_span!("request");
+        assert!(request.context().span().span_context().is_valid());
+        let mut inserted = None;
+        let task = Task::new("order.created", 1, "{}").header("correlation-id", "7");
+        traced_enqueue(task, |task| {
+            inserted = Some(task);
+            std::future::ready(Ok(TaskId::new(1)))
+        })
+        .instrument(request)
+        .await
+        .expect("the fake insert succeeds");
+        let headers = inserted.expect("the insert ran").headers;
+        assert_eq!(headers.keys().collect::<Vec<_>>(), ["correlation-id"]);
+    }
+}

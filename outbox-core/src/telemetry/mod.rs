@@ -44,8 +44,9 @@
 //! With the `opentelemetry` feature, enqueue asks the globally configured
 //! text-map propagator (`opentelemetry::global::set_text_map_propagator`) to
 //! write the context of the `outbox.enqueue` span (or, when that span is
-//! disabled, of the current span) into the task's headers, `traceparent` and
-//! `tracestate` for the W3C propagator. Each attempt extracts it again and
+//! disabled, of the current span) into the task's headers: for the W3C
+//! propagator `traceparent`, and `tracestate` when the trace carries state
+//! (a header the propagator leaves empty is not added). Each attempt extracts it again and
 //! makes it the parent of the `outbox.attempt` span, so the handler's spans
 //! belong to the trace that enqueued the task. The default propagator
 //! writes nothing. Nothing is added when the task already has a header of a
