@@ -77,7 +77,7 @@ impl<S: Store> Worker<S> {
         }
         let span = telemetry::round_span(batch_size);
         let report = self.round(batch_size).instrument(span.clone()).await?;
-        span.record("outbox.claimed", report.claimed);
+        span.record("outbox.claimed", telemetry::int(report.claimed));
         Ok(report)
     }
 

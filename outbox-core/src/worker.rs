@@ -227,7 +227,10 @@ impl<S: Store> Worker<S> {
             .claim_due(request)
             .instrument(span.clone())
             .await?;
-        span.record("messaging.batch.message_count", records.len());
+        span.record(
+            "messaging.batch.message_count",
+            telemetry::int(records.len()),
+        );
         Ok((records, span))
     }
 
@@ -268,7 +271,7 @@ impl<S: Store> Worker<S> {
             .complete(completions)
             .instrument(span.clone())
             .await?;
-        span.record("outbox.applied", applied);
+        span.record("outbox.applied", telemetry::int(applied));
         let stale = completions.len() as u64 - applied.min(completions.len() as u64);
         if stale > 0 {
             tracing::warn!(

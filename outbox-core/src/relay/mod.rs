@@ -334,8 +334,12 @@ impl<S: Maintenance> Relay<S> {
         if expired > 0 {
             telemetry::expired(expired);
         }
-        claim.cycle.record("outbox.claimed", started);
-        claim.cycle.record("outbox.expired", expired);
+        claim
+            .cycle
+            .record("outbox.claimed", telemetry::int(started));
+        claim
+            .cycle
+            .record("outbox.expired", telemetry::int(expired));
         Ok(full)
     }
 

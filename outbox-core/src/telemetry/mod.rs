@@ -67,5 +67,5 @@ pub(crate) use instruments::{
     commit_to_send, handler_duration, moved, outcome, send_async_deferred, stats, unwritten,
 };
 pub(crate) use spans::{
-    attempt_span, claim_due_span, claim_span, relay_cycle_span, round_span, write_span,
+    attempt_span, claim_due_span, claim_span, int, relay_cycle_span, round_span, write_span,
 };

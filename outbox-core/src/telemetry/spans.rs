@@ -7,6 +7,12 @@ use tracing::{Span, field::Empty};
 
 use crate::{Task, TaskId};
 
+/// A count as a span field: `tracing-opentelemetry` exports `i64` fields as
+/// integers but unsigned ones as text.
+pub(crate) fn int(count: impl TryInto<i64>) -> i64 {
+    count.try_into().unwrap_or(i64::MAX)
+}
+
 /// `messaging.system` of every span.
 pub(super) const SYSTEM: &str = "outbox";
 
@@ -32,7 +38,7 @@ pub(super) fn enqueue_many_span(tasks: &[Task]) -> Span {
         "messaging.system" = SYSTEM,
         "messaging.operation.type" = "send",
         "messaging.operation.name" = "enqueue_many",
-        "messaging.batch.message_count" = tasks.len(),
+        "messaging.batch.message_count" = int(tasks.len()),
         "messaging.destination.name" = Empty,
     );
     if !span.is_disabled()
@@ -82,7 +88,7 @@ pub(crate) fn claim_due_span(requested: usize) -> Span {
         "messaging.system" = SYSTEM,
         "messaging.operation.type" = "receive",
         "messaging.operation.name" = "claim_due",
-        "outbox.batch.requested" = requested,
+        "outbox.batch.requested" = int(requested),
         "messaging.batch.message_count" = Empty,
     )
 }
@@ -96,7 +102,7 @@ pub(crate) fn write_span(count: usize) -> Span {
         "messaging.system" = SYSTEM,
         "messaging.operation.type" = "settle",
         "messaging.operation.name" = "complete",
-        "messaging.batch.message_count" = count,
+        "messaging.batch.message_count" = int(count),
         "outbox.applied" = Empty,
     )
 }
@@ -107,7 +113,7 @@ pub(crate) fn relay_cycle_span(requested: usize) -> Span {
     tracing::debug_span!(
         "outbox.relay.cycle",
         "messaging.system" = SYSTEM,
-        "outbox.batch.requested" = requested,
+        "outbox.batch.requested" = int(requested),
         "outbox.claimed" = Empty,
         "outbox.expired" = Empty,
     )
@@ -119,7 +125,7 @@ pub(crate) fn round_span(batch_size: usize) -> Span {
     tracing::debug_span!(
         "outbox.round",
         "messaging.system" = SYSTEM,
-        "outbox.batch.requested" = batch_size,
+        "outbox.batch.requested" = int(batch_size),
         "outbox.claimed" = Empty,
     )
 }

@@ -6,27 +6,33 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::Context as _;
-use diesel_outbox_core::{Delivery, Status, TaskId, handler_fn};
+use diesel_outbox_core::{Delivery, Handler, Status, TaskId, handler_fn};
 use opentelemetry::trace::{SpanId, TraceContextExt, TraceId};
 use opentelemetry_sdk::trace::SpanData;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use super::support::{config, enqueue_batch, enqueue_one, get, registry, task, worker};
+use super::{
+    relay::{relay_config, spawn_relay},
+    support::{config, enqueue_batch, enqueue_one, get, registry, task, worker},
+};
 use crate::{
-    TestBackend,
+    TestBackend, handler,
     traces::{self, Traces, attribute, ids},
 };
 
 /// What a handler saw: the task and its `traceparent` header.
 type Seen = Arc<Mutex<Vec<(TaskId, Option<String>)>>>;
 
-/// A handler that opens a `test.handler` span (field `task`) and notes the
-/// `traceparent` header it received.
-fn tracing_handler(seen: &Seen) -> impl diesel_outbox_core::Handler {
+/// A handler that opens a `test.handler` span (field `task`), notes the
+/// `traceparent` header it received, then hands the delivery to `inner`.
+fn tracing_handler(seen: &Seen, inner: impl Handler) -> impl Handler {
     let seen = Arc::clone(seen);
+    let inner = Arc::new(inner);
     handler_fn(move |delivery: Delivery| {
         let seen = Arc::clone(&seen);
+        let inner = Arc::clone(&inner);
         async move {
             tracing::info_span!("test.handler", task = delivery.id.get()).in_scope(|| {
                 let header = delivery.headers().get("traceparent").cloned();
@@ -34,7 +40,7 @@ fn tracing_handler(seen: &Seen) -> impl diesel_outbox_core::Handler {
                     .unwrap_or_else(PoisonError::into_inner)
                     .push((delivery.id, header));
             });
-            Ok(())
+            inner.handle(delivery).await
         }
     })
 }
@@ -68,7 +74,11 @@ fn span_of(
 pub async fn a_handler_joins_the_trace_that_enqueued<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let traces = traces::capture();
     let seen = Seen::default();
-    let worker = worker(db, registry(tracing_handler(&seen))?, config("w"))?;
+    let worker = worker(
+        db,
+        registry(tracing_handler(&seen, handler::recording().0))?,
+        config("w"),
+    )?;
 
     let request = tracing::info_span!("test.request");
     let trace = request.context().span().span_context().trace_id();
@@ -175,7 +185,11 @@ pub async fn an_explicit_trace_header_is_kept<B: TestBackend>(db: &B) -> anyhow:
     const THEIRS: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let traces = traces::capture();
     let seen = Seen::default();
-    let worker = worker(db, registry(tracing_handler(&seen))?, config("w"))?;
+    let worker = worker(
+        db,
+        registry(tracing_handler(&seen, handler::recording().0))?,
+        config("w"),
+    )?;
     let request = tracing::info_span!("test.request");
     anyhow::ensure!(
         request.context().span().span_context().is_valid(),
@@ -200,6 +214,58 @@ pub async fn an_explicit_trace_header_is_kept<B: TestBackend>(db: &B) -> anyhow:
     Ok(())
 }
 
+/// A task a relay delivers is handled in the trace that enqueued it too; its
+/// attempt links the claim, which runs in an `outbox.relay.cycle` span
+/// counting what the cycle claimed.
+pub async fn a_relay_attempt_joins_the_trace_that_enqueued<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    let traces = traces::capture();
+    let seen = Seen::default();
+    let (mock, handle) = handler::recording();
+    let worker = worker(db, registry(tracing_handler(&seen, mock))?, config("w"))?;
+    let request = tracing::info_span!("test.request");
+    let trace = request.context().span().span_context().trace_id();
+    anyhow::ensure!(
+        trace != TraceId::INVALID,
+        "no OpenTelemetry layer sees spans: another global subscriber was installed first"
+    );
+    let id = enqueue_one(db, task(1)).instrument(request).await?;
+    let shutdown = CancellationToken::new();
+    let relay = spawn_relay(worker, relay_config(), &shutdown)?;
+    handle.wait_for_successes(1).await;
+    shutdown.cancel();
+    let report = relay.await?;
+    assert_eq!(report.succeeded, 1, "{report:?}");
+
+    span_of(&traces, trace, "test.handler", "task", id)?;
+    let attempt = span_of(&traces, trace, "outbox.attempt", "messaging.message.id", id)?;
+    let finished = traces.finished();
+    let claim = finished
+        .iter()
+        .find(|span| {
+            span.name == "outbox.claim"
+                && attempt.links.iter().any(|link| {
+                    ids(span) == (link.span_context.trace_id(), link.span_context.span_id())
+                })
+        })
+        .context("the attempt links no claim span")?;
+    assert_eq!(
+        attribute(claim, "messaging.batch.message_count"),
+        Some(&opentelemetry::Value::I64(1))
+    );
+    let cycle = finished
+        .iter()
+        .find(|span| ids(span) == (claim.span_context.trace_id(), claim.parent_span_id))
+        .context("the claim has no parent span")?;
+    assert_eq!(cycle.name, "outbox.relay.cycle");
+    assert_eq!(
+        attribute(cycle, "outbox.claimed"),
+        Some(&opentelemetry::Value::I64(1))
+    );
+    Ok(())
+}
+
 /// Expands into one `#[tokio::test]` per trace-context scenario for the
 /// given [`TestBackend`](crate::TestBackend) type. Put it in a test binary
 /// of its own: the scenarios install a global subscriber and propagator.
@@ -209,6 +275,7 @@ macro_rules! trace_context_tests {
         $crate::conformance_tests!(@each $backend;
             a_handler_joins_the_trace_that_enqueued,
             an_explicit_trace_header_is_kept,
+            a_relay_attempt_joins_the_trace_that_enqueued,
         );
     };
 }
