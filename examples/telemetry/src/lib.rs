@@ -5,13 +5,13 @@
 //!
 //! [`place_orders`] is the shop: each order is enqueued inside an
 //! `order.place` span and sent after commit to a handler that opens a
-//! `shipping.notify` span. [`prometheus`] and [`tracing`] install the
+//! `shipping.notify` span. [`install_prometheus`] and [`install_tracing`] install the
 //! exporters. With the `opentelemetry` feature of the backend and the W3C
 //! propagator installed, the handler's span joins the order's trace.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
-//! let scrape = telemetry_examples::prometheus()?;
+//! let scrape = telemetry_examples::install_prometheus()?;
 //! let dir = tempdir()?;
 //! telemetry_examples::place_orders(&dir.join("shop.db"), 3).await?;
 //! assert!(scrape.render().contains("outbox_sent_total"));
@@ -43,7 +43,7 @@ pub const ORDER_CREATED: &str = "order.created";
 /// Installs a Prometheus recorder as the global `metrics` recorder; render
 /// the scrape text with the handle (or serve it, with the exporter's
 /// `http-listener` feature).
-pub fn prometheus() -> anyhow::Result<PrometheusHandle> {
+pub fn install_prometheus() -> anyhow::Result<PrometheusHandle> {
     PrometheusBuilder::new()
         .install_recorder()
         .context("installing the Prometheus recorder")
@@ -53,7 +53,7 @@ pub fn prometheus() -> anyhow::Result<PrometheusHandle> {
 /// `exporter` through OpenTelemetry, and the W3C trace-context propagator
 /// that carries a trace across the outbox. Shut the returned provider down
 /// at exit, so every span is exported.
-pub fn tracing(exporter: impl SpanExporter + 'static) -> anyhow::Result<SdkTracerProvider> {
+pub fn install_tracing(exporter: impl SpanExporter + 'static) -> anyhow::Result<SdkTracerProvider> {
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter)
         .build();
@@ -100,3 +100,8 @@ pub async fn place_orders(path: &Path, orders: u32) -> anyhow::Result<()> {
     worker.retry_pending(100).await?;
     Ok(())
 }
+
+/// `docs/telemetry.md`, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/telemetry.md")]
+pub struct Telemetry;

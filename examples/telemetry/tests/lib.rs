@@ -22,7 +22,7 @@ async fn the_examples_export_metrics_and_traces() -> anyhow::Result<()> {
 }
 
 async fn prometheus_scrapes_described_metrics() -> anyhow::Result<()> {
-    let scrape = telemetry_examples::prometheus()?;
+    let scrape = telemetry_examples::install_prometheus()?;
     let dir = scratch("prometheus-example")?;
     telemetry_examples::place_orders(&dir.join("shop.db"), 3).await?;
     std::fs::remove_dir_all(&dir)?;
@@ -53,7 +53,7 @@ fn attribute<'s>(span: &'s SpanData, key: &str) -> Option<&'s Value> {
 
 async fn traces_join_each_handler_to_its_order() -> anyhow::Result<()> {
     let exporter = InMemorySpanExporter::default();
-    let provider = telemetry_examples::tracing(exporter.clone())?;
+    let provider = telemetry_examples::install_tracing(exporter.clone())?;
     let dir = scratch("traces-example")?;
     telemetry_examples::place_orders(&dir.join("shop.db"), 2).await?;
     std::fs::remove_dir_all(&dir)?;

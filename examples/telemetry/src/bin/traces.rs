@@ -4,7 +4,8 @@
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let provider = telemetry_examples::tracing(opentelemetry_stdout::SpanExporter::default())?;
+    let provider =
+        telemetry_examples::install_tracing(opentelemetry_stdout::SpanExporter::default())?;
     let dir = std::env::temp_dir().join(format!("outbox-traces-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let placed = telemetry_examples::place_orders(&dir.join("shop.db"), 2).await;
