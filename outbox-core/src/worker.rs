@@ -7,7 +7,6 @@ use tokio::{
     sync::{Semaphore, watch},
     task::JoinHandle,
 };
-
 use tracing::{Instrument, Span};
 
 use crate::{
