@@ -7,7 +7,7 @@ use std::{
 };
 
 use futures_util::FutureExt;
-use tracing::Instrument;
+use tracing::{Instrument, Span};
 
 use crate::{Delivery, Record, Registry, telemetry, transition::Outcome};
 
@@ -15,18 +15,23 @@ use crate::{Delivery, Record, Registry, telemetry, transition::Outcome};
 ///
 /// A handler that exceeds `timeout` is dropped and the attempt is retryable;
 /// a panic is caught and recorded the same way, so the worker lives on.
-pub(crate) async fn run_handler(registry: &Registry, record: Record, timeout: Duration) -> Outcome {
+/// The attempt's span follows from `claim`, the span of the claim that took
+/// the task (disabled when there is none), which is dropped once linked.
+pub(crate) async fn run_handler(
+    registry: &Registry,
+    record: Record,
+    timeout: Duration,
+    claim: Span,
+) -> Outcome {
     let created_at = record.created_at;
     let delivery = Delivery::new(record.id, record.runs(), record.task);
     let key = delivery.key();
-    let span = tracing::info_span!(
-        "outbox.attempt",
-        task_id = delivery.id.get(),
-        kind = %key.kind,
-        version = key.version,
-        attempt = delivery.attempt,
-        outcome = tracing::field::Empty,
-    );
+    let span = telemetry::attempt_span(delivery.id, &key.kind, key.version, delivery.attempt);
+    // Before the span is entered: its parent is the trace that enqueued the
+    // task, and the claim that took it is linked.
+    telemetry::adopt_parent(&span, delivery.headers());
+    span.follows_from(&claim);
+    drop(claim); // a relay's cycle ends once its handlers started
     let outcome = async {
         let Some(handler) = registry.get(&key) else {
             return Outcome::NoHandler(format!("no handler registered for {key}"));
@@ -53,7 +58,10 @@ pub(crate) async fn run_handler(registry: &Registry, record: Record, timeout: Du
     }
     .instrument(span.clone())
     .await;
-    span.record("outcome", outcome_name(&outcome));
+    span.record("outbox.outcome", outcome_name(&outcome));
+    if !matches!(outcome, Outcome::Succeeded) {
+        span.record("otel.status_code", "error");
+    }
     match &outcome {
         Outcome::Succeeded => tracing::debug!(parent: &span, "delivered"),
         Outcome::Retryable(error) | Outcome::Permanent(error) | Outcome::NoHandler(error) => {

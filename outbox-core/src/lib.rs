@@ -11,6 +11,8 @@
 //! - A [`Worker`] sends one task right after commit ([`Worker::send`],
 //!   [`Worker::send_async`]) and runs compensation rounds
 //!   ([`Worker::retry_pending`]) over a [`Store`].
+//! - [`telemetry`] describes the metrics and spans; with the `opentelemetry`
+//!   feature, a handler's spans join the trace that enqueued its task.
 //!
 //! ```
 //! use diesel_outbox_core::{handler_fn, Delivery, HandlerError, Registry, Task};

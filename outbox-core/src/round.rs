@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use futures_util::{StreamExt, stream};
+use tracing::{Instrument, Span};
 
 use crate::{
     BatchRequest, Error, Record, Result, Status, Store, Worker,
@@ -74,8 +75,16 @@ impl<S: Store> Worker<S> {
                 format!("must be between 1 and {MAX_BATCH_SIZE}"),
             ));
         }
+        let span = telemetry::round_span(batch_size);
+        let report = self.round(batch_size).instrument(span.clone()).await?;
+        span.record("outbox.claimed", telemetry::int(report.claimed));
+        Ok(report)
+    }
+
+    /// The body of [`retry_pending`](Self::retry_pending), `batch_size` checked.
+    async fn round(&self, batch_size: usize) -> Result<RoundReport> {
         let mut report = RoundReport::default();
-        // Bounded by MAX_BATCH_SIZE above.
+        // Bounded by MAX_BATCH_SIZE by the caller.
         let step = u32::try_from(batch_size).unwrap_or(u32::MAX);
         report.promoted = drain(step, || self.store().promote(step)).await?;
         report.rescued = drain(step, || self.store().rescue(step)).await?;
@@ -88,7 +97,7 @@ impl<S: Store> Worker<S> {
         };
         loop {
             let claimed_at = Instant::now();
-            let records = self.store().claim_due(&request).await?;
+            let (records, claim) = self.claim_due(&request).await?;
             let Some(last) = records.iter().map(|r| r.id).max() else {
                 break;
             };
@@ -105,7 +114,7 @@ impl<S: Store> Worker<S> {
             telemetry::expired(expired.len() as u64);
             report.claimed += due.len() as u64;
             let completions: Vec<Completion> = stream::iter(due)
-                .map(|record| self.attempt_within_lease(record, claimed_at))
+                .map(|record| self.attempt_within_lease(record, claimed_at, claim.clone()))
                 .buffer_unordered(self.config().concurrency)
                 .collect()
                 .await;
@@ -123,10 +132,15 @@ impl<S: Store> Worker<S> {
 
     /// Runs one claimed record, unless its lease would run out before the
     /// handler timeout: then the claim is released unstarted.
-    async fn attempt_within_lease(&self, record: Record, claimed_at: Instant) -> Completion {
+    async fn attempt_within_lease(
+        &self,
+        record: Record,
+        claimed_at: Instant,
+        claim: Span,
+    ) -> Completion {
         if !self.lease_outlasts_handler(claimed_at) {
             return transition::release(self.fence(&record));
         }
-        self.attempt(record).await.0
+        self.attempt(record, claim).await.0
     }
 }

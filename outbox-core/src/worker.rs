@@ -7,10 +7,11 @@ use tokio::{
     sync::{Semaphore, watch},
     task::JoinHandle,
 };
+use tracing::{Instrument, Span};
 
 use crate::{
-    ClaimOutcome, Error, LeaseRequest, Record, Registry, Result, Status, Store, TaskId,
-    WorkerConfig,
+    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Registry, Result, Status, Store,
+    TaskId, WorkerConfig,
     attempt::run_handler,
     telemetry,
     transition::{self, Completion, Outcome},
@@ -115,7 +116,14 @@ impl<S: Store> Worker<S> {
     /// [`Error::NoHandler`] or [`Error::Handler`]. A failed attempt is
     /// recorded on the task and retried later by `retry_pending` or a relay.
     pub async fn send(&self, id: TaskId) -> Result<()> {
-        let record = match self.inner.store.claim(id, &self.lease_request()).await? {
+        let claim = telemetry::claim_span(id);
+        let claimed = self
+            .inner
+            .store
+            .claim(id, &self.lease_request())
+            .instrument(claim.clone())
+            .await?;
+        let record = match claimed {
             ClaimOutcome::Claimed(record) => *record,
             ClaimOutcome::Finished(Status::Succeeded) => return Ok(()),
             ClaimOutcome::Finished(Status::Discarded) => return Err(Error::Discarded(id)),
@@ -131,7 +139,7 @@ impl<S: Store> Worker<S> {
         };
         let attempt = record.runs();
         let key = crate::HandlerKey::new(record.task.kind.clone(), record.task.version);
-        let (completion, outcome) = self.attempt(record).await;
+        let (completion, outcome) = self.attempt(record, claim).await;
         self.write(std::slice::from_ref(&completion)).await?;
         match outcome {
             Outcome::Succeeded => Ok(()),
@@ -207,8 +215,27 @@ impl<S: Store> Worker<S> {
         config.lease_duration.saturating_sub(claimed_at.elapsed()) >= config.handler_timeout
     }
 
-    /// Runs the handler for a claimed record and decides the completion.
-    pub(crate) async fn attempt(&self, record: Record) -> (Completion, Outcome) {
+    /// Claims up to `request.limit` due tasks, in an `outbox.claim` span
+    /// (a child of the current span) that the caller passes on to each
+    /// task's [`attempt`](Self::attempt).
+    pub(crate) async fn claim_due(&self, request: &BatchRequest) -> Result<(Vec<Record>, Span)> {
+        let span = telemetry::claim_due_span(request.limit);
+        let records = self
+            .inner
+            .store
+            .claim_due(request)
+            .instrument(span.clone())
+            .await?;
+        span.record(
+            "messaging.batch.message_count",
+            telemetry::int(records.len()),
+        );
+        Ok((records, span))
+    }
+
+    /// Runs the handler for a claimed record and decides the completion;
+    /// `claim` is the span of the claim that took it.
+    pub(crate) async fn attempt(&self, record: Record, claim: Span) -> (Completion, Outcome) {
         let fence = self.fence(&record);
         let run = record.runs();
         let max_attempts = record.task.max_attempts;
@@ -217,6 +244,7 @@ impl<S: Store> Worker<S> {
             &self.inner.registry,
             record,
             self.inner.config.handler_timeout,
+            claim,
         )
         .await;
         let completion = transition::decide(
@@ -235,7 +263,14 @@ impl<S: Store> Worker<S> {
         if completions.is_empty() {
             return Ok(0);
         }
-        let applied = self.inner.store.complete(completions).await?;
+        let span = telemetry::write_span(completions.len());
+        let applied = self
+            .inner
+            .store
+            .complete(completions)
+            .instrument(span.clone())
+            .await?;
+        span.record("outbox.applied", telemetry::int(applied));
         let stale = completions.len() as u64 - applied.min(completions.len() as u64);
         if stale > 0 {
             tracing::warn!(

@@ -104,9 +104,7 @@ impl Store for MysqlStore {
     type Conn = AsyncMysqlConnection;
 
     async fn enqueue(&self, conn: &mut AsyncMysqlConnection, task: Task) -> Result<TaskId> {
-        let id = enqueue::one(conn, task).await?;
-        telemetry::enqueued(1);
-        Ok(id)
+        telemetry::traced_enqueue(task, |task| enqueue::one(conn, task)).await
     }
 
     async fn enqueue_many(
@@ -114,11 +112,12 @@ impl Store for MysqlStore {
         conn: &mut AsyncMysqlConnection,
         tasks: Vec<Task>,
     ) -> Result<Vec<TaskId>> {
-        diesel_outbox_sql::require_transaction(conn)?;
-        let consecutive_ids = self.server(conn).await?.consecutive_ids;
-        let ids = enqueue::many(conn, tasks, consecutive_ids).await?;
-        telemetry::enqueued(ids.len());
-        Ok(ids)
+        telemetry::traced_enqueue_many(tasks, async |tasks| {
+            diesel_outbox_sql::require_transaction(conn)?;
+            let consecutive_ids = self.server(conn).await?.consecutive_ids;
+            enqueue::many(conn, tasks, consecutive_ids).await
+        })
+        .await
     }
 
     async fn claim(&self, id: TaskId, lease: &LeaseRequest) -> Result<ClaimOutcome> {

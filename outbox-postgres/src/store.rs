@@ -105,10 +105,12 @@ impl Store for PgStore {
     type Conn = AsyncPgConnection;
 
     async fn enqueue(&self, conn: &mut AsyncPgConnection, task: Task) -> Result<TaskId> {
-        let id = enqueue::one(conn, task).await?;
-        self.notify_commit(conn).await?;
-        telemetry::enqueued(1);
-        Ok(id)
+        telemetry::traced_enqueue(task, async |task| {
+            let id = enqueue::one(conn, task).await?;
+            self.notify_commit(conn).await?;
+            Ok(id)
+        })
+        .await
     }
 
     async fn enqueue_many(
@@ -116,12 +118,14 @@ impl Store for PgStore {
         conn: &mut AsyncPgConnection,
         tasks: Vec<Task>,
     ) -> Result<Vec<TaskId>> {
-        let ids = enqueue::many(conn, tasks).await?;
-        if !ids.is_empty() {
-            self.notify_commit(conn).await?;
-        }
-        telemetry::enqueued(ids.len());
-        Ok(ids)
+        telemetry::traced_enqueue_many(tasks, async |tasks| {
+            let ids = enqueue::many(conn, tasks).await?;
+            if !ids.is_empty() {
+                self.notify_commit(conn).await?;
+            }
+            Ok(ids)
+        })
+        .await
     }
 
     async fn claim(&self, id: TaskId, lease: &LeaseRequest) -> Result<ClaimOutcome> {

@@ -101,9 +101,7 @@ impl Store for SqliteStore {
     type Conn = AsyncSqliteConnection;
 
     async fn enqueue(&self, conn: &mut AsyncSqliteConnection, task: Task) -> Result<TaskId> {
-        let id = enqueue::one(conn, task).await?;
-        telemetry::enqueued(1);
-        Ok(id)
+        telemetry::traced_enqueue(task, |task| enqueue::one(conn, task)).await
     }
 
     async fn enqueue_many(
@@ -111,9 +109,7 @@ impl Store for SqliteStore {
         conn: &mut AsyncSqliteConnection,
         tasks: Vec<Task>,
     ) -> Result<Vec<TaskId>> {
-        let ids = enqueue::many(conn, tasks).await?;
-        telemetry::enqueued(ids.len());
-        Ok(ids)
+        telemetry::traced_enqueue_many(tasks, |tasks| enqueue::many(conn, tasks)).await
     }
 
     async fn claim(&self, id: TaskId, lease: &LeaseRequest) -> Result<ClaimOutcome> {

@@ -9,6 +9,8 @@
 //!   `sqlite` feature.
 //! - [`assert`](mod@assert): "this kind was enqueued", "these tasks were delivered".
 //! - [`metrics`]: the outbox's metrics, captured for assertions.
+//! - `traces` (with the `opentelemetry` feature): the outbox's spans,
+//!   captured as OpenTelemetry spans, with the W3C propagator installed.
 //! - [`backlog`]: table shapes a claim must walk past (waiting, blocked and
 //!   finished rows), filled in bulk.
 //! - [`conformance`]: one suite of scenarios, written once and generic over
@@ -49,6 +51,8 @@ pub mod nats;
 pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(feature = "opentelemetry")]
+pub mod traces;
 pub mod url;
 pub mod wait;
 

@@ -7,6 +7,8 @@ use tokio::{
     time::Instant,
 };
 
+use tracing::Span;
+
 use super::writer::ResultWriter;
 use crate::{
     Record, Store, Worker,
@@ -50,10 +52,17 @@ impl<S: Store> Inflight<S> {
         self.tasks.is_empty()
     }
 
-    /// Starts the handler of a task claimed at `claimed_at`, in a slot the
-    /// claim was sized to. A claim whose lease has less left than the handler
-    /// timeout (the claim itself took that long) is given back unstarted.
-    pub(super) fn start(&mut self, record: Record, claimed_at: Instant, writer: &mut ResultWriter) {
+    /// Starts the handler of a task claimed at `claimed_at` (in the span
+    /// `claim`), in a slot the claim was sized to. A claim whose lease has
+    /// less left than the handler timeout (the claim itself took that long)
+    /// is given back unstarted.
+    pub(super) fn start(
+        &mut self,
+        record: Record,
+        claimed_at: Instant,
+        claim: Span,
+        writer: &mut ResultWriter,
+    ) {
         let fence = self.worker.fence(&record);
         if !self.worker.lease_outlasts_handler(claimed_at.into_std()) {
             writer.push(transition::release(fence), self.lease_end(claimed_at));
@@ -62,7 +71,7 @@ impl<S: Store> Inflight<S> {
         let worker = self.worker.clone();
         let handle = self
             .tasks
-            .spawn(async move { worker.attempt(record).await.0 });
+            .spawn(async move { worker.attempt(record, claim).await.0 });
         self.fences.insert(handle.id(), (fence, claimed_at));
     }
 

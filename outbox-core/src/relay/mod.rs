@@ -19,6 +19,7 @@ use std::{sync::Arc, time::Duration};
 use futures_util::StreamExt;
 use tokio::time::Instant;
 use tokio_util::{sync::CancellationToken, task::AbortOnDropHandle};
+use tracing::{Instrument, Span};
 
 pub use config::RelayConfig;
 
@@ -232,7 +233,7 @@ impl<S: Maintenance> Relay<S> {
         // A claim still under way: its tasks are given back unstarted.
         if let Some(claim) = claiming.take() {
             match tokio::time::timeout(config.shutdown_timeout, claim.task).await {
-                Ok(Ok(Ok(records))) => {
+                Ok(Ok(Ok((records, _)))) => {
                     for record in records {
                         if record.status != Status::Failed {
                             let fence = self.worker.fence(&record);
@@ -284,13 +285,14 @@ impl<S: Maintenance> Relay<S> {
             after: None,
             due_by: None,
         };
-        let store = self.worker.store().clone();
+        let worker = self.worker.clone();
+        let cycle = telemetry::relay_cycle_span(limit);
+        let claim = async move { worker.claim_due(&request).await }.instrument(cycle.clone());
         Claiming {
             at: Instant::now(),
             limit,
-            task: AbortOnDropHandle::new(tokio::spawn(
-                async move { store.claim_due(&request).await },
-            )),
+            task: AbortOnDropHandle::new(tokio::spawn(claim)),
+            cycle,
         }
     }
 
@@ -304,8 +306,8 @@ impl<S: Maintenance> Relay<S> {
         writer: &mut ResultWriter,
         report: &mut RelayReport,
     ) -> Result<bool, ()> {
-        let records = match claimed {
-            Ok(Ok(records)) => records,
+        let (records, span) = match claimed {
+            Ok(Ok(claimed)) => claimed,
             Ok(Err(error)) => {
                 report.errors += 1;
                 tracing::warn!(error = %error.chain(), "relay could not claim tasks");
@@ -318,15 +320,26 @@ impl<S: Maintenance> Relay<S> {
             }
         };
         let full = records.len() == claim.limit;
+        let (mut started, mut expired) = (0_u64, 0_u64);
         for record in records {
             if record.status == Status::Failed {
-                report.expired += 1;
-                telemetry::expired(1);
+                expired += 1;
             } else {
-                report.claimed += 1;
-                inflight.start(record, claim.at, writer);
+                started += 1;
+                inflight.start(record, claim.at, span.clone(), writer);
             }
         }
+        report.claimed += started;
+        report.expired += expired;
+        if expired > 0 {
+            telemetry::expired(expired);
+        }
+        claim
+            .cycle
+            .record("outbox.claimed", telemetry::int(started));
+        claim
+            .cycle
+            .record("outbox.expired", telemetry::int(expired));
         Ok(full)
     }
 
@@ -362,16 +375,17 @@ impl<S: Maintenance> Relay<S> {
     }
 }
 
-/// A claim under way: its task, its size and when it started (its lease
-/// started no earlier).
+/// A claim under way: its task, its size, when it started (its lease
+/// started no earlier) and the span of the cycle it begins.
 struct Claiming {
-    task: AbortOnDropHandle<Result<Vec<crate::Record>>>,
+    task: AbortOnDropHandle<Result<(Vec<crate::Record>, Span)>>,
     limit: usize,
     at: Instant,
+    cycle: Span,
 }
 
-/// What a claim task came to.
-type Claimed = std::result::Result<Result<Vec<crate::Record>>, tokio::task::JoinError>;
+/// What a claim task came to: the records and the claim's span.
+type Claimed = std::result::Result<Result<(Vec<crate::Record>, Span)>, tokio::task::JoinError>;
 
 /// The outcome of the claim under way; never resolves when there is none.
 async fn claimed(claiming: &mut Option<Claiming>) -> Claimed {

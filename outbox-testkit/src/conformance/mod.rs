@@ -30,6 +30,8 @@ mod relay_steps;
 mod rounds;
 mod send;
 pub mod support;
+#[cfg(feature = "opentelemetry")]
+mod trace_context;
 mod transaction;
 
 pub use assertions::*;
@@ -54,6 +56,8 @@ pub use relay::{
 pub use relay_steps::*;
 pub use rounds::*;
 pub use send::*;
+#[cfg(feature = "opentelemetry")]
+pub use trace_context::*;
 pub use transaction::*;
 
 /// Expands into one `#[tokio::test]` per conformance scenario for the given

@@ -1,20 +1,4 @@
-//! Metrics through the `metrics` facade; install any recorder to collect them.
-//!
-//! | name | kind | labels | meaning |
-//! |---|---|---|---|
-//! | `outbox_enqueued_total` | counter | | tasks enqueued |
-//! | `outbox_sent_total` | counter | `kind` | attempts that succeeded |
-//! | `outbox_retried_total` | counter | `kind` | attempts that failed and will be retried |
-//! | `outbox_failed_total` | counter | `kind` | tasks that failed for good |
-//! | `outbox_expired_total` | counter | | tasks that expired unsent |
-//! | `outbox_handler_duration_seconds` | histogram | `kind` | handler run time |
-//! | `outbox_commit_to_send_seconds` | histogram | `kind` | from insert to the first attempt's start |
-//! | `outbox_backlog` | gauge | | unfinished tasks (available, waiting, running, blocked), as the relay last counted |
-//! | `outbox_tasks` | gauge | `status` | tasks per status, as the relay last counted (`succeeded` is an estimate) |
-//! | `outbox_promoted_total` | counter | | waiting tasks made available once due |
-//! | `outbox_rescued_total` | counter | | running tasks whose lease lapsed, made available again (or failed when out of attempts) |
-//! | `outbox_relay_unwritten` | gauge | | finished results waiting for their write |
-//! | `outbox_send_async_deferred_total` | counter | | `send_async` calls left to the relay because `concurrency` sends were running |
+//! The metrics: names, units, descriptions and the calls that record them.
 
 use std::time::Duration;
 
@@ -23,7 +7,7 @@ use metrics::Unit;
 use crate::{Status, transition::Completion};
 
 /// Every metric this crate reports: name, unit and what it means, as in the
-/// table above.
+/// table in [`telemetry`](crate::telemetry).
 pub const METRICS: [(&str, Unit, &str); 13] = [
     ("outbox_enqueued_total", Unit::Count, "tasks enqueued"),
     ("outbox_sent_total", Unit::Count, "attempts that succeeded"),
