@@ -32,7 +32,7 @@ pub use migrate::{revert_migrations, run_migrations};
 pub use migration_lock::{MigrationConnection, MigrationLock};
 pub use migration_sql::MigrationSql;
 pub use pool::build_pool;
-pub use store_transaction::TxError;
+pub use store_transaction::{BodyError, TxError};
 pub use transaction::{require_transaction, transaction};
 
 /// Microseconds in `duration`, saturating, for interval arithmetic in SQL.
