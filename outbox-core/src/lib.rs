@@ -11,6 +11,8 @@
 //! - A [`Worker`] sends one task right after commit ([`Worker::send`],
 //!   [`Worker::send_async`]) and runs compensation rounds
 //!   ([`Worker::retry_pending`]) over a [`Store`].
+//! - On the consumer's side, an [`Inbox`] records each message id in the
+//!   consumer's transaction, so its effect applies once.
 //!
 //! ```
 //! use diesel_outbox_core::{handler_fn, Delivery, HandlerError, Registry, Task};
