@@ -3,4 +3,5 @@
 
 mod consume;
 mod crash;
+mod end_to_end;
 mod publish;
