@@ -139,25 +139,56 @@ async fn shipments<B: TestBackend>(db: &B) -> anyhow::Result<i64> {
 
 /// Twenty orders apply once each; an order whose record a previous,
 /// unacknowledged delivery committed is acknowledged without the handler.
+/// Both are counted in the consumer's metrics.
 async fn each_message_applies_once<B: TestBackend>(test: &str) -> anyhow::Result<()> {
+    let captured = diesel_outbox_testkit::metrics::capture()?;
+    diesel_outbox_nats::describe_consumer_metrics();
+    for (name, unit, help) in diesel_outbox_nats::CONSUMER_METRICS {
+        assert_eq!(
+            captured.description(name),
+            Some((Some(unit), help.to_owned()))
+        );
+    }
     let (db, stream) = setup::<B>(test).await?;
+    // A name of this test's own: other tests record into the same recorder.
+    let name = stream.prefix().to_owned();
     publish(&stream, 1..=20).await?;
     // As if a delivery of order 3 had committed and then crashed before its ack.
-    let store = db.store().clone();
+    let (store, recorded) = (db.store().clone(), name.clone());
     db.store()
         .transaction(move |conn: &mut B::Conn| {
-            Box::pin(async move { store.record(conn, "shipping", "orders:3").await })
+            Box::pin(async move { store.record(conn, &recorded, "orders:3").await })
         })
         .await?;
     let durable = durable(&stream, "shipping").await?;
     let consumer = InboxConsumer::builder(db.store().clone(), durable.clone(), Ship::default())
+        .name(name.clone())
         .concurrency(4)
         .build()?;
-    assert_eq!(consumer.name(), "shipping");
+    assert_eq!(consumer.name(), name);
     let report = run_until_drained::<B>(consumer, durable).await?;
     assert_eq!((report.applied, report.duplicates), (19, 1), "{report:?}");
     assert_eq!(shipments(&db).await?, 19, "order 3 was not applied again");
     assert_eq!(db.count("outbox_inbox").await?, 20);
+    let labels = [("consumer", name.as_str())];
+    assert_eq!(
+        captured.counter("outbox_consumer_applied_total", &labels),
+        19
+    );
+    assert_eq!(
+        captured.counter("outbox_consumer_duplicates_total", &labels),
+        1
+    );
+    assert!(captured.gauge("outbox_consumer_lag", &labels).is_some());
+    Ok(())
+}
+
+/// A durable consumer's name is the default inbox name.
+async fn the_durable_name_is_the_default_name<B: TestBackend>(test: &str) -> anyhow::Result<()> {
+    let (db, stream) = setup::<B>(test).await?;
+    let durable = durable(&stream, "shipping").await?;
+    let consumer = InboxConsumer::builder(db.store().clone(), durable, Ship::default()).build()?;
+    assert_eq!(consumer.name(), "shipping");
     Ok(())
 }
 
@@ -288,6 +319,7 @@ macro_rules! consume_tests {
     ($module:ident, $backend:ty) => {
         consume_tests!($module, $backend;
             each_message_applies_once,
+            the_durable_name_is_the_default_name,
             poison_messages_are_dead_lettered_and_the_others_flow,
             shutdown_acknowledges_only_committed_messages,
         );
@@ -295,6 +327,7 @@ macro_rules! consume_tests {
     ($module:ident, $backend:ty, one_writer) => {
         consume_tests!($module, $backend;
             each_message_applies_once,
+            the_durable_name_is_the_default_name,
             poison_messages_are_dead_lettered_and_the_others_flow,
         );
     };
