@@ -8,7 +8,9 @@ use diesel_outbox_core::{
     Error, Result,
     inbox::{BodyFuture, Inbox, Receipt, check_key},
 };
-use diesel_outbox_sql::{BodyError, cached, micros, mysql_error, require_transaction};
+use diesel_outbox_sql::{
+    BodyError, CloseUnlessReleased, cached, micros, mysql_error, require_transaction,
+};
 
 use crate::MysqlStore;
 
@@ -61,12 +63,23 @@ impl Inbox for MysqlStore {
         E: From<Error> + Send,
         F: for<'c> FnOnce(&'c mut AsyncMysqlConnection) -> BodyFuture<'c, Result<T, E>> + Send,
     {
-        let mut conn = self.conn().await?;
-        conn.transaction::<T, BodyError<E>, _>(async move |conn| {
-            body(conn).await.map_err(BodyError::Body)
-        })
-        .await
-        .map_err(|error| error.into_body_error(mysql_error))
+        // Abandoned mid-way (a timeout, a panic), the connection closes
+        // rather than waiting in the pool with the transaction's locks.
+        let mut guard = CloseUnlessReleased::new(self.conn().await?);
+        let Some(conn) = guard.get() else {
+            return Err(E::from(Error::Config {
+                field: "pool",
+                reason: "a released connection was used".into(),
+            }));
+        };
+        let result = conn
+            .transaction::<T, BodyError<E>, _>(async move |conn| {
+                body(conn).await.map_err(BodyError::Body)
+            })
+            .await
+            .map_err(|error| error.into_body_error(mysql_error));
+        guard.release();
+        result
     }
 
     async fn purge_inbox_batch(&self, older_than: Duration, limit: u32) -> Result<u64> {

@@ -4,7 +4,14 @@
 //! poison messages dead-lettered while the others flow, and a shutdown that
 //! never acknowledges an uncommitted message.
 
-use std::{collections::HashSet, sync::Arc, time::Duration};
+use std::{
+    collections::HashSet,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use anyhow::Context as _;
 use async_nats::jetstream::{self, consumer::PullConsumer};
@@ -26,6 +33,8 @@ use tokio::sync::{Notify, Semaphore};
 struct Ship {
     retryable: HashSet<i64>,
     gate: Option<(Arc<Notify>, Arc<Semaphore>)>,
+    /// Panics once, on this order's first delivery.
+    panic_once: Option<(i64, AtomicBool)>,
 }
 
 #[async_trait::async_trait]
@@ -41,6 +50,12 @@ where
         if let Some((started, permits)) = &self.gate {
             started.notify_one();
             permits.acquire().await?.forget();
+        }
+        if let Some((panicking, panicked)) = &self.panic_once
+            && *panicking == order
+            && !panicked.swap(true, Ordering::SeqCst)
+        {
+            panic!("order {order}: the handler panics");
         }
         if self.retryable.contains(&order) {
             return Err(HandlerError::retryable(anyhow::anyhow!(
@@ -192,6 +207,25 @@ async fn the_durable_name_is_the_default_name<B: TestBackend>(test: &str) -> any
     Ok(())
 }
 
+/// A handler that panics rolls its transaction back and the message comes
+/// again; the loop lives on and applies it then.
+async fn a_panicking_handler_is_handed_back<B: TestBackend>(test: &str) -> anyhow::Result<()> {
+    let (db, stream) = setup::<B>(test).await?;
+    publish(&stream, 1..=5).await?;
+    let durable = durable(&stream, "shipping").await?;
+    let handler = Ship {
+        panic_once: Some((3, AtomicBool::new(false))),
+        ..Ship::default()
+    };
+    let consumer = InboxConsumer::builder(db.store().clone(), durable.clone(), handler)
+        .retry(no_delay())
+        .build()?;
+    let report = run_until_drained::<B>(consumer, durable).await?;
+    assert_eq!((report.applied, report.failed), (5, 1), "{report:?}");
+    assert_eq!(shipments(&db).await?, 5);
+    Ok(())
+}
+
 /// An undecodable payload and a message without outbox headers are
 /// dead-lettered at once, an order that keeps failing after three
 /// deliveries; the others apply.
@@ -282,6 +316,7 @@ async fn shutdown_acknowledges_only_committed_messages<B: TestBackend>(
     let handler = Ship {
         retryable: HashSet::from([2]),
         gate: Some((Arc::clone(&started), Arc::clone(&permits))),
+        ..Ship::default()
     };
     let consumer = InboxConsumer::builder(db.store().clone(), durable.clone(), handler)
         .retry(no_delay())
@@ -320,6 +355,7 @@ macro_rules! consume_tests {
         consume_tests!($module, $backend;
             each_message_applies_once,
             the_durable_name_is_the_default_name,
+            a_panicking_handler_is_handed_back,
             poison_messages_are_dead_lettered_and_the_others_flow,
             shutdown_acknowledges_only_committed_messages,
         );
@@ -328,6 +364,7 @@ macro_rules! consume_tests {
         consume_tests!($module, $backend;
             each_message_applies_once,
             the_durable_name_is_the_default_name,
+            a_panicking_handler_is_handed_back,
             poison_messages_are_dead_lettered_and_the_others_flow,
         );
     };

@@ -12,7 +12,9 @@ use diesel_outbox_core::{
     Error, Result,
     inbox::{BodyFuture, Inbox, Receipt, check_key},
 };
-use diesel_outbox_sql::{BodyError, cached, require_transaction, sqlite_error};
+use diesel_outbox_sql::{
+    BodyError, CloseUnlessReleased, cached, require_transaction, sqlite_error,
+};
 
 use crate::{
     AsyncSqliteConnection, SqliteStore,
@@ -66,12 +68,24 @@ impl Inbox for SqliteStore {
         E: From<Error> + Send,
         F: for<'c> FnOnce(&'c mut AsyncSqliteConnection) -> BodyFuture<'c, Result<T, E>> + Send,
     {
-        let (_turn, mut conn) = self.writer().await?;
-        conn.immediate_transaction::<T, BodyError<E>, _>(async move |conn| {
-            body(conn).await.map_err(BodyError::Body)
-        })
-        .await
-        .map_err(|error| error.into_body_error(sqlite_error))
+        let (_turn, conn) = self.writer().await?;
+        // Abandoned mid-way (a timeout, a panic), the connection closes
+        // rather than waiting in the pool holding the write lock.
+        let mut guard = CloseUnlessReleased::new(conn);
+        let Some(conn) = guard.get() else {
+            return Err(E::from(Error::Config {
+                field: "pool",
+                reason: "a released connection was used".into(),
+            }));
+        };
+        let result = conn
+            .immediate_transaction::<T, BodyError<E>, _>(async move |conn| {
+                body(conn).await.map_err(BodyError::Body)
+            })
+            .await
+            .map_err(|error| error.into_body_error(sqlite_error));
+        guard.release();
+        result
     }
 
     async fn purge_inbox_batch(&self, older_than: Duration, limit: u32) -> Result<u64> {
