@@ -28,8 +28,9 @@ pub enum Error {
         /// Why the value was rejected.
         reason: String,
     },
-    /// `enqueue` was called on a connection that is not inside a transaction.
-    #[error("enqueue must run inside the caller's transaction")]
+    /// `enqueue` (or an inbox record) was called on a connection that is not
+    /// inside a transaction.
+    #[error("enqueue and inbox records must run inside the caller's transaction")]
     NotTransaction,
     /// No task with this id exists (it was never committed, or was purged).
     #[error("task {0} not found")]

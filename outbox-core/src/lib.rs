@@ -13,6 +13,8 @@
 //!   ([`Worker::retry_pending`]) over a [`Store`].
 //! - [`telemetry`] describes the metrics and spans; with the `opentelemetry`
 //!   feature, a handler's spans join the trace that enqueued its task.
+//! - On the consumer's side, an [`Inbox`] records each message id in the
+//!   consumer's transaction, so its effect applies once.
 //!
 //! ```
 //! use diesel_outbox_core::{handler_fn, Delivery, HandlerError, Registry, Task};
@@ -44,6 +46,7 @@ mod delivery;
 mod error;
 mod handler;
 mod id;
+pub mod inbox;
 pub mod limits;
 mod maintenance;
 mod record;
@@ -67,6 +70,7 @@ pub use delivery::Delivery;
 pub use error::{BoxError, Error, Result};
 pub use handler::{Handler, HandlerError, HandlerFn, HandlerKey, handler_fn};
 pub use id::TaskId;
+pub use inbox::{Inbox, Receipt};
 pub use maintenance::{Maintenance, Stats, Wakeups};
 pub use record::{Lease, Record, StoredRow};
 pub use registry::{Registry, RegistryBuilder};

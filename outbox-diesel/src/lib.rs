@@ -15,6 +15,7 @@
 //! ```
 
 mod cached;
+mod close_unless_released;
 mod error;
 mod migrate;
 mod migration_lock;
@@ -24,6 +25,7 @@ mod store_transaction;
 mod transaction;
 
 pub use cached::{CachedQuery, cached, uncached};
+pub use close_unless_released::CloseUnlessReleased;
 pub use error::{
     mysql_error, mysql_pool_error, postgres_error, postgres_pool_error, sqlite_connection_error,
     sqlite_error, sqlite_pool_error,
@@ -32,7 +34,7 @@ pub use migrate::{revert_migrations, run_migrations};
 pub use migration_lock::{MigrationConnection, MigrationLock};
 pub use migration_sql::MigrationSql;
 pub use pool::build_pool;
-pub use store_transaction::TxError;
+pub use store_transaction::{BodyError, TxError};
 pub use transaction::{require_transaction, transaction};
 
 /// Microseconds in `duration`, saturating, for interval arithmetic in SQL.

@@ -29,3 +29,30 @@ impl TxError {
         }
     }
 }
+
+/// The error of a transaction whose body has an error type of its own (an
+/// inbox consumer's): the body's, or diesel's from BEGIN/COMMIT.
+#[derive(Debug)]
+pub enum BodyError<E> {
+    /// The body failed; the transaction rolled back.
+    Body(E),
+    /// BEGIN, COMMIT or ROLLBACK failed.
+    Diesel(DieselError),
+}
+
+impl<E> From<DieselError> for BodyError<E> {
+    fn from(error: DieselError) -> Self {
+        Self::Diesel(error)
+    }
+}
+
+impl<E: From<Error>> BodyError<E> {
+    /// The body's error unchanged, or diesel's classified by `classify` and
+    /// converted.
+    pub fn into_body_error(self, classify: fn(DieselError) -> Error) -> E {
+        match self {
+            Self::Body(error) => error,
+            Self::Diesel(error) => E::from(classify(error)),
+        }
+    }
+}

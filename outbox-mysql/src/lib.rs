@@ -64,6 +64,8 @@ mod claim;
 mod complete;
 mod discard;
 mod enqueue;
+mod inbox;
+mod inbox_migrate;
 mod json_rows;
 mod keys;
 mod maintenance;
@@ -83,6 +85,9 @@ mod transaction;
 pub use diesel_outbox_core as outbox;
 
 pub use diesel_outbox_sql::MigrationSql;
+pub use inbox_migrate::{
+    INBOX_MIGRATIONS, inbox_migration_sql, revert_inbox_migrations, run_inbox_migrations,
+};
 pub use migrate::{MIGRATIONS, migration_sql, revert_migrations, run_migrations};
 pub use store::MysqlStore;
 pub use transaction::transaction;

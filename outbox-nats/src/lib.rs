@@ -9,6 +9,14 @@
 //! stream. [`StreamSpec`] creates or checks the stream; [`decode`] reads a
 //! message back on the consumer's side.
 //!
+//! On the consumer's side, [`InboxConsumer`] reads a durable pull consumer
+//! and applies each message once: it records the message id in the
+//! consumer's inbox table ([`Inbox`](diesel_outbox_core::Inbox)) in the same
+//! database transaction as the [`ConsumeHandler`]'s effect, commits, then
+//! acknowledges, so a redelivery (after a crash between commit and ack, or a
+//! replay past the duplicate window) is acknowledged without a second
+//! effect. `docs/consuming.md` has the whole story.
+//!
 //! ```no_run
 //! use std::time::Duration;
 //!
@@ -70,6 +78,7 @@
 //! NATS cannot carry or that use the reserved `Outbox-`/`Nats-` prefixes.
 
 mod classify;
+mod consumer;
 mod decode;
 mod error;
 pub mod headers;
@@ -77,6 +86,11 @@ mod publisher;
 mod stream;
 mod subject;
 
+pub use consumer::metrics::{CONSUMER_METRICS, describe_consumer_metrics};
+pub use consumer::{
+    ConsumeHandler, ConsumerBuilder, ConsumerReport, DEAD_CONSUMER, DEAD_DELIVERED, DEAD_REASON,
+    DEAD_SEQUENCE, DeadLetter, InboxConsumer, Incoming,
+};
 pub use decode::{Received, decode, decode_parts};
 pub use error::{DecodeError, NatsError};
 pub use publisher::{

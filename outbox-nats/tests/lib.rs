@@ -1,4 +1,7 @@
-//! JetStream publishing against a real nats-server and PostgreSQL.
+//! JetStream publishing and consuming against a real nats-server, PostgreSQL
+//! and MariaDB.
 
+mod consume;
 mod crash;
+mod end_to_end;
 mod publish;

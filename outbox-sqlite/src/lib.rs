@@ -91,6 +91,8 @@ mod complete;
 pub mod connection;
 mod discard;
 mod enqueue;
+mod inbox;
+mod inbox_migrate;
 mod keys;
 mod maintenance;
 mod migrate;
@@ -111,6 +113,9 @@ pub use diesel_outbox_core as outbox;
 
 pub use connection::{AsyncSqliteConnection, BUSY_TIMEOUT, establish};
 pub use diesel_outbox_sql::MigrationSql;
+pub use inbox_migrate::{
+    INBOX_MIGRATIONS, inbox_migration_sql, revert_inbox_migrations, run_inbox_migrations,
+};
 pub use migrate::{MIGRATIONS, migration_sql, revert_migrations, run_migrations};
 pub use store::SqliteStore;
 pub use transaction::transaction;

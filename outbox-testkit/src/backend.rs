@@ -4,7 +4,7 @@ use std::future::Future;
 
 use chrono::{DateTime, Utc};
 use diesel_async::AsyncConnection;
-use diesel_outbox_core::Maintenance;
+use diesel_outbox_core::{Inbox, Maintenance};
 
 /// An isolated, migrated database of one backend, created per test.
 ///
@@ -15,7 +15,7 @@ use diesel_outbox_core::Maintenance;
 /// database is kept for inspection and its name is printed.
 pub trait TestBackend: Sized + Send + Sync + 'static {
     /// The store under test.
-    type Store: Maintenance<Conn = Self::Conn>;
+    type Store: Maintenance<Conn = Self::Conn> + Inbox<Conn = Self::Conn>;
     /// The backend's diesel-async connection.
     type Conn: AsyncConnection + Send + 'static;
 
@@ -62,6 +62,10 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
     /// Applies the backend's outbox migrations on a new connection, as
     /// users do; returns the versions applied.
     fn migrate(&self) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
+
+    /// Applies the backend's inbox migrations (`outbox_inbox`), which
+    /// [`create`](TestBackend::create) leaves out; returns the versions applied.
+    fn migrate_inbox(&self) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
 
     /// Reverts the backend's outbox migrations; returns the versions reverted.
     fn revert(&self) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;

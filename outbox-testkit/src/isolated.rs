@@ -4,7 +4,7 @@ use std::{fmt, future::Future};
 
 use anyhow::Context as _;
 use diesel_async::{AsyncConnection, SimpleAsyncConnection};
-use diesel_outbox_core::{Maintenance, TaskId};
+use diesel_outbox_core::{Inbox, Maintenance, TaskId};
 
 use crate::{TestBackend, url};
 
@@ -17,7 +17,7 @@ const POOL_SIZE: usize = 8;
 /// [`Mysql`](crate::mysql::Mysql).
 pub trait Server: Send + Sync + 'static {
     /// The store under test.
-    type Store: Maintenance<Conn = Self::Conn>;
+    type Store: Maintenance<Conn = Self::Conn> + Inbox<Conn = Self::Conn>;
     /// The backend's diesel-async connection.
     type Conn: AsyncConnection + SimpleAsyncConnection + Send + 'static;
 
@@ -52,6 +52,8 @@ pub trait Server: Send + Sync + 'static {
     ) -> impl Future<Output = anyhow::Result<Vec<TaskId>>> + Send;
     /// Applies the outbox migrations.
     fn migrate(conn: Self::Conn) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
+    /// Applies the inbox migrations.
+    fn migrate_inbox(conn: Self::Conn) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
     /// Reverts the outbox migrations.
     fn revert(conn: Self::Conn) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
     /// See [`TestBackend::migration_sql`].
@@ -199,6 +201,10 @@ impl<S: Server> TestBackend for IsolatedDb<S> {
 
     async fn migrate(&self) -> anyhow::Result<Vec<String>> {
         S::migrate(self.connect().await?).await
+    }
+
+    async fn migrate_inbox(&self) -> anyhow::Result<Vec<String>> {
+        S::migrate_inbox(self.connect().await?).await
     }
 
     async fn revert(&self) -> anyhow::Result<Vec<String>> {

@@ -2,7 +2,7 @@
 
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
 use diesel_outbox_core::TaskId;
-use diesel_outbox_mysql::{MysqlStore, revert_migrations, run_migrations};
+use diesel_outbox_mysql::{MysqlStore, revert_migrations, run_inbox_migrations, run_migrations};
 
 use crate::isolated::{IsolatedDb, Server};
 
@@ -76,6 +76,10 @@ impl Server for Mysql {
 
     async fn migrate(conn: AsyncMysqlConnection) -> anyhow::Result<Vec<String>> {
         Ok(run_migrations(conn).await?)
+    }
+
+    async fn migrate_inbox(conn: AsyncMysqlConnection) -> anyhow::Result<Vec<String>> {
+        Ok(run_inbox_migrations(conn).await?)
     }
 
     async fn revert(conn: AsyncMysqlConnection) -> anyhow::Result<Vec<String>> {

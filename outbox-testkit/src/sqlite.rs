@@ -12,7 +12,8 @@ use chrono::{DateTime, Utc};
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use diesel_outbox_core::TaskId;
 use diesel_outbox_sqlite::{
-    AsyncSqliteConnection, SqliteStore, establish, revert_migrations, run_migrations,
+    AsyncSqliteConnection, SqliteStore, establish, revert_migrations, run_inbox_migrations,
+    run_migrations,
 };
 
 use crate::{TestBackend, url};
@@ -149,6 +150,10 @@ impl TestBackend for SqliteTestDb {
 
     async fn migrate(&self) -> anyhow::Result<Vec<String>> {
         Ok(run_migrations(self.connect().await?).await?)
+    }
+
+    async fn migrate_inbox(&self) -> anyhow::Result<Vec<String>> {
+        Ok(run_inbox_migrations(self.connect().await?).await?)
     }
 
     async fn revert(&self) -> anyhow::Result<Vec<String>> {

@@ -1,5 +1,5 @@
-//! `cargo xtask migrate`: the embedded outbox migrations, applied, reverted,
-//! or printed as SQL.
+//! `cargo xtask migrate`: the embedded outbox migrations (or, with
+//! `--inbox`, the inbox's), applied, reverted, or printed as SQL.
 
 use std::io::Write as _;
 
@@ -26,6 +26,11 @@ pub(crate) struct Args {
     /// `--database-url` names).
     #[arg(long, value_enum, requires = "print")]
     backend: Option<Backend>,
+    /// The inbox's migration set (`outbox_inbox`, for consumers) instead of
+    /// the outbox's: apply it alone in a service that only consumes, or
+    /// beside the outbox's in one that does both.
+    #[arg(long)]
+    inbox: bool,
 }
 
 /// A database backend.
@@ -72,15 +77,15 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             (None, Some(url)) => Backend::of_url(url)?,
             (None, None) => bail!("--print needs --backend or --database-url"),
         };
-        return print(sql(backend)?, args.revert);
+        return print(sql(backend, args.inbox)?, args.revert, args.inbox);
     }
     let Some(url) = args.database_url.as_deref() else {
         bail!("--database-url (or DATABASE_URL) is required");
     };
     let versions = match Backend::of_url(url)? {
-        Backend::Postgres => postgres(url, args.revert).await?,
-        Backend::Mysql => mysql(url, args.revert).await?,
-        Backend::Sqlite => sqlite(url, args.revert).await?,
+        Backend::Postgres => postgres(url, args.revert, args.inbox).await?,
+        Backend::Mysql => mysql(url, args.revert, args.inbox).await?,
+        Backend::Sqlite => sqlite(url, args.revert, args.inbox).await?,
     };
     let verb = if args.revert { "reverted" } else { "applied" };
     if versions.is_empty() {
@@ -94,7 +99,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
 
 /// Writes every migration's `up.sql` to stdout, oldest first, or with
 /// `revert` every `down.sql`, newest first, each under a comment naming it.
-fn print(migrations: &[MigrationSql], revert: bool) -> anyhow::Result<()> {
+fn print(migrations: &[MigrationSql], revert: bool, inbox: bool) -> anyhow::Result<()> {
+    let set = if inbox { "inbox" } else { "outbox" };
     let mut out = std::io::stdout().lock();
     let ordered: Vec<&MigrationSql> = if revert {
         migrations.iter().rev().collect()
@@ -112,7 +118,7 @@ fn print(migrations: &[MigrationSql], revert: bool) -> anyhow::Result<()> {
         }
         writeln!(
             out,
-            "-- outbox migration {} ({}), {file}",
+            "-- {set} migration {} ({}), {file}",
             migration.version(),
             migration.name()
         )?;
@@ -125,12 +131,18 @@ fn print(migrations: &[MigrationSql], revert: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn sql(backend: Backend) -> anyhow::Result<&'static [MigrationSql]> {
+fn sql(backend: Backend, inbox: bool) -> anyhow::Result<&'static [MigrationSql]> {
     match backend {
+        #[cfg(feature = "postgres")]
+        Backend::Postgres if inbox => Ok(diesel_outbox_postgres::inbox_migration_sql()),
         #[cfg(feature = "postgres")]
         Backend::Postgres => Ok(diesel_outbox_postgres::migration_sql()),
         #[cfg(feature = "mysql")]
+        Backend::Mysql if inbox => Ok(diesel_outbox_mysql::inbox_migration_sql()),
+        #[cfg(feature = "mysql")]
         Backend::Mysql => Ok(diesel_outbox_mysql::migration_sql()),
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite if inbox => Ok(diesel_outbox_sqlite::inbox_migration_sql()),
         #[cfg(feature = "sqlite")]
         Backend::Sqlite => Ok(diesel_outbox_sqlite::migration_sql()),
         #[allow(unreachable_patterns)]
@@ -142,54 +154,57 @@ fn sql(backend: Backend) -> anyhow::Result<&'static [MigrationSql]> {
 }
 
 #[cfg(feature = "postgres")]
-async fn postgres(url: &str, revert: bool) -> anyhow::Result<Vec<String>> {
+async fn postgres(url: &str, revert: bool, inbox: bool) -> anyhow::Result<Vec<String>> {
     use diesel_async::{AsyncConnection, AsyncPgConnection};
     let conn = AsyncPgConnection::establish(url)
         .await
         .with_context(|| format!("connecting to {url}"))?;
-    Ok(if revert {
-        diesel_outbox_postgres::revert_migrations(conn).await?
-    } else {
-        diesel_outbox_postgres::run_migrations(conn).await?
+    Ok(match (revert, inbox) {
+        (false, false) => diesel_outbox_postgres::run_migrations(conn).await?,
+        (true, false) => diesel_outbox_postgres::revert_migrations(conn).await?,
+        (false, true) => diesel_outbox_postgres::run_inbox_migrations(conn).await?,
+        (true, true) => diesel_outbox_postgres::revert_inbox_migrations(conn).await?,
     })
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn postgres(_url: &str, _revert: bool) -> anyhow::Result<Vec<String>> {
+async fn postgres(_url: &str, _revert: bool, _inbox: bool) -> anyhow::Result<Vec<String>> {
     bail!("this xtask was built without the `postgres` feature")
 }
 
 #[cfg(feature = "mysql")]
-async fn mysql(url: &str, revert: bool) -> anyhow::Result<Vec<String>> {
+async fn mysql(url: &str, revert: bool, inbox: bool) -> anyhow::Result<Vec<String>> {
     use diesel_async::{AsyncConnection, AsyncMysqlConnection};
     let conn = AsyncMysqlConnection::establish(url)
         .await
         .with_context(|| format!("connecting to {url}"))?;
-    Ok(if revert {
-        diesel_outbox_mysql::revert_migrations(conn).await?
-    } else {
-        diesel_outbox_mysql::run_migrations(conn).await?
+    Ok(match (revert, inbox) {
+        (false, false) => diesel_outbox_mysql::run_migrations(conn).await?,
+        (true, false) => diesel_outbox_mysql::revert_migrations(conn).await?,
+        (false, true) => diesel_outbox_mysql::run_inbox_migrations(conn).await?,
+        (true, true) => diesel_outbox_mysql::revert_inbox_migrations(conn).await?,
     })
 }
 
 #[cfg(not(feature = "mysql"))]
-async fn mysql(_url: &str, _revert: bool) -> anyhow::Result<Vec<String>> {
+async fn mysql(_url: &str, _revert: bool, _inbox: bool) -> anyhow::Result<Vec<String>> {
     bail!("this xtask was built without the `mysql` feature")
 }
 
 #[cfg(feature = "sqlite")]
-async fn sqlite(url: &str, revert: bool) -> anyhow::Result<Vec<String>> {
+async fn sqlite(url: &str, revert: bool, inbox: bool) -> anyhow::Result<Vec<String>> {
     let conn = diesel_outbox_sqlite::establish(url)
         .await
         .with_context(|| format!("opening {url}"))?;
-    Ok(if revert {
-        diesel_outbox_sqlite::revert_migrations(conn).await?
-    } else {
-        diesel_outbox_sqlite::run_migrations(conn).await?
+    Ok(match (revert, inbox) {
+        (false, false) => diesel_outbox_sqlite::run_migrations(conn).await?,
+        (true, false) => diesel_outbox_sqlite::revert_migrations(conn).await?,
+        (false, true) => diesel_outbox_sqlite::run_inbox_migrations(conn).await?,
+        (true, true) => diesel_outbox_sqlite::revert_inbox_migrations(conn).await?,
     })
 }
 
 #[cfg(not(feature = "sqlite"))]
-async fn sqlite(_url: &str, _revert: bool) -> anyhow::Result<Vec<String>> {
+async fn sqlite(_url: &str, _revert: bool, _inbox: bool) -> anyhow::Result<Vec<String>> {
     bail!("this xtask was built without the `sqlite` feature")
 }

@@ -139,6 +139,11 @@ pub struct Semantics;
 #[doc = include_str!("../../../docs/operations.md")]
 pub struct Operations;
 
+/// `docs/consuming.md`, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/consuming.md")]
+pub struct Consuming;
+
 /// `docs/testing.md`, compiled as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/testing.md")]

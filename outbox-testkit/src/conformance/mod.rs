@@ -19,6 +19,7 @@ mod completion_batches;
 pub mod crash;
 mod delivery;
 mod enqueue;
+mod inbox;
 mod input;
 mod key_heads;
 mod leases;
@@ -41,6 +42,7 @@ pub use byte_exact_keys::*;
 pub use completion_batches::*;
 pub use delivery::*;
 pub use enqueue::*;
+pub use inbox::*;
 pub use input::*;
 pub use key_heads::*;
 pub use leases::*;
@@ -149,6 +151,11 @@ macro_rules! conformance_tests {
             stats_count_every_status,
             relay_delivers_a_scheduled_task_when_due,
             relay_rescues_a_lapsed_lease,
+            inbox_applies_a_message_once_per_consumer,
+            inbox_record_rolls_back_with_the_effect,
+            inbox_outside_a_transaction_or_with_bad_keys_is_refused,
+            inbox_concurrent_deliveries_apply_once,
+            inbox_purge_deletes_old_records_in_batches,
         );
         $crate::conformance_tests!(@each $backend, (flavor = "current_thread");
             migrations_are_idempotent_and_reversible,

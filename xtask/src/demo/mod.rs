@@ -7,10 +7,18 @@
 //! and the relay is killed with SIGKILL a third of the way through. A relay
 //! started afterwards catches up, and the summary shows that no order lost
 //! its message.
+//!
+//! With `--nats` the messages go to JetStream, and a shipping service with a
+//! database of its own consumes them through the inbox, recording one
+//! shipment per order. The stream's duplicate window is kept shorter than
+//! the relay's lease, so the killed relay's replays reach the stream again;
+//! the summary shows the inbox suppressing them, for the consumer side too.
 
 mod child;
 mod effect;
 mod settings;
+#[cfg(feature = "nats")]
+mod shipping;
 mod summary;
 
 use std::{process::Stdio, sync::Arc, time::Instant};
@@ -93,6 +101,24 @@ async fn publisher(prefix: &str) -> anyhow::Result<diesel_outbox_nats::JetStream
     .build()?)
 }
 
+/// The demo's stream, remembering message ids for one second only: shorter
+/// than the relay's lease, so a killed relay's replays are stored again and
+/// reach the consumer.
+#[cfg(feature = "nats")]
+async fn demo_stream() -> anyhow::Result<diesel_outbox_testkit::nats::TestStream> {
+    let stream = diesel_outbox_testkit::nats::TestStream::planned("demo").await?;
+    stream
+        .jetstream()
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: stream.name().to_owned(),
+            subjects: vec![format!("{}.>", stream.prefix())],
+            duplicate_window: std::time::Duration::from_secs(1),
+            ..Default::default()
+        })
+        .await?;
+    Ok(stream)
+}
+
 /// A progress bar whose rate is its position over the time since `since`, in
 /// whole items per second: the summary's rates are computed the same way.
 fn bar(len: usize, what: &str, since: Instant) -> ProgressBar {
@@ -128,8 +154,13 @@ async fn demo<B: Raw>(args: &Args) -> anyhow::Result<()> {
     db.execute_sql(B::DELIVERIES).await?;
     #[cfg(feature = "nats")]
     let stream = match args.nats {
-        true => Some(diesel_outbox_testkit::nats::TestStream::create("demo").await?),
+        true => Some(demo_stream().await?),
         false => None,
+    };
+    #[cfg(feature = "nats")]
+    let shipping = match &stream {
+        Some(stream) => Some(shipping::Shipping::<B>::start(stream).await?),
+        None => None,
     };
     #[cfg(not(feature = "nats"))]
     anyhow::ensure!(!args.nats, "xtask was built without the `nats` feature");
@@ -236,11 +267,17 @@ async fn demo<B: Raw>(args: &Args) -> anyhow::Result<()> {
         Some(stream) => summary.with_stream(stream).await?,
         None => summary,
     };
+    #[cfg(feature = "nats")]
+    let summary = match shipping {
+        Some(shipping) => summary.with_shipping(shipping.finish().await?),
+        None => summary,
+    };
     summary.print();
     anyhow::ensure!(
         summary.lost == 0,
         "{} orders lost their message",
         summary.lost
     );
+    summary.check_shipping()?;
     Ok(())
 }

@@ -21,6 +21,8 @@ pub(crate) struct Summary {
     latencies: Vec<Duration>,
     dropped_by_stream: i64,
     stream: Option<(u64, u64)>,
+    #[cfg(feature = "nats")]
+    shipping: Option<super::shipping::ShippingSummary>,
 }
 
 impl Summary {
@@ -55,6 +57,8 @@ impl Summary {
             latencies,
             dropped_by_stream,
             stream: None,
+            #[cfg(feature = "nats")]
+            shipping: None,
         })
     }
 
@@ -73,6 +77,32 @@ impl Summary {
             .collect();
         self.stream = Some((messages.len() as u64, ids.len() as u64));
         Ok(self)
+    }
+
+    /// Adds what the shipping service applied.
+    #[cfg(feature = "nats")]
+    pub(crate) fn with_shipping(mut self, shipping: super::shipping::ShippingSummary) -> Self {
+        self.shipping = Some(shipping);
+        self
+    }
+
+    /// Fails unless the shipping service (when it ran) shipped every order
+    /// exactly once.
+    pub(crate) fn check_shipping(&self) -> anyhow::Result<()> {
+        #[cfg(feature = "nats")]
+        if let Some(shipping) = &self.shipping {
+            anyhow::ensure!(
+                shipping.shipped == self.orders,
+                "the shipping service lost {} orders",
+                self.orders - shipping.shipped
+            );
+            anyhow::ensure!(
+                shipping.once == shipping.shipped,
+                "the shipping service applied {} orders more than once",
+                shipping.shipped - shipping.once
+            );
+        }
+        Ok(())
     }
 
     #[allow(clippy::print_stdout)] // the summary is the command's output
@@ -112,6 +142,22 @@ impl Summary {
                 "| replays JetStream dropped as duplicates | {} |",
                 self.dropped_by_stream
             );
+        }
+        #[cfg(feature = "nats")]
+        if let Some(shipping) = &self.shipping {
+            println!(
+                "| shipping: orders applied once | {} of {} |",
+                shipping.once, self.orders
+            );
+            println!(
+                "| shipping: duplicates suppressed by the inbox | {} |",
+                shipping.duplicates
+            );
+            println!(
+                "| shipping: orders applied more than once | {} |",
+                shipping.shipped - shipping.once
+            );
+            println!("| shipping: lost | {} |", self.orders - shipping.shipped);
         }
         println!();
         let lease = super::settings::LEASE;
