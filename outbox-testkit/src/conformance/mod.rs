@@ -153,6 +153,28 @@ macro_rules! conformance_tests {
             printed_migration_sql_makes_a_working_table,
         );
 
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn transaction_runs_inside_a_spawned_task() {
+            let db = <$backend as $crate::TestBackend>::create("transaction_runs_inside_a_spawned_task")
+                .await
+                .unwrap_or_else(|error| panic!("{error:#}"));
+            // `tokio::spawn` at this backend's own types: the check a
+            // handler in a web framework meets.
+            let scenario = $crate::conformance::transaction_runs_inside_a_spawned_task(
+                &db,
+                |worker, conn| {
+                    ::tokio::spawn($crate::conformance::place_order_in_a_task::<$backend>(
+                        worker, conn,
+                    ))
+                },
+            );
+            match ::tokio::time::timeout(::std::time::Duration::from_secs(120), scenario).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => panic!("{error:#}"),
+                Err(_) => panic!("the scenario did not finish within 120 s"),
+            }
+        }
+
         /// The child process of `killed_relay_loses_nothing`: does nothing
         /// unless that test started it.
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
