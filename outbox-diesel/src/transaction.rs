@@ -24,6 +24,10 @@ pub fn require_transaction<C: AsyncConnection>(conn: &mut C) -> Result<()> {
 /// The future is `Send` and borrows only `worker`, `conn` and what `body`
 /// captures, so it runs inside `tokio::spawn`, and so inside an axum or tonic
 /// handler.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would leave its future's Send to inference at each caller (rust-lang/rust#100013)"
+)]
 pub fn transaction<'a, S, R, E, F>(
     worker: &'a Worker<S>,
     conn: &'a mut S::Conn,

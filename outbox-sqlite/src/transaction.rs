@@ -43,6 +43,10 @@ use crate::{AsyncSqliteConnection, SqliteStore};
 /// # Ok(())
 /// # }
 /// ```
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would leave its future's Send to inference at each caller (rust-lang/rust#100013)"
+)]
 pub fn transaction<'a, R, E, F>(
     worker: &'a Worker<SqliteStore>,
     conn: &'a mut AsyncSqliteConnection,
