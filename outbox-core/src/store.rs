@@ -55,6 +55,16 @@ pub struct BatchRequest {
     pub due_by: Option<chrono::DateTime<chrono::Utc>>,
 }
 
+/// What one [`Store::rescue`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rescued {
+    /// Tasks moved: made available again, or failed.
+    pub moved: u64,
+    /// The tasks among them that were failed for good, because their runs
+    /// had reached `max_attempts`.
+    pub failed: Vec<TaskId>,
+}
+
 /// Where a task's rows live, and the few operations the worker needs.
 ///
 /// Backends implement it with their own SQL; every decision comes from
@@ -116,6 +126,7 @@ pub trait Store: Clone + Send + Sync + 'static {
     fn promote(&self, limit: u32) -> impl Future<Output = Result<u64>> + Send;
     /// Rescues up to `limit` running tasks whose lease lapsed
     /// ([`transition::rescue`](crate::transition::rescue)); returns how
-    /// many. Locked rows are treated as by [`promote`](Store::promote).
-    fn rescue(&self, limit: u32) -> impl Future<Output = Result<u64>> + Send;
+    /// many, and which of them it failed for good (their runs had reached
+    /// `max_attempts`). Locked rows are treated as by [`promote`](Store::promote).
+    fn rescue(&self, limit: u32) -> impl Future<Output = Result<Rescued>> + Send;
 }

@@ -10,7 +10,7 @@ use diesel_async::{
     },
 };
 use diesel_outbox_core::{
-    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Store, Task, TaskId,
+    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Rescued, Result, Store, Task, TaskId,
     telemetry, transition::Completion,
 };
 use diesel_outbox_sql::mysql_pool_error;
@@ -147,7 +147,7 @@ impl Store for MysqlStore {
         moves::promote(&mut *self.conn().await?, limit, self.isolation).await
     }
 
-    async fn rescue(&self, limit: u32) -> Result<u64> {
+    async fn rescue(&self, limit: u32) -> Result<Rescued> {
         moves::rescue(&mut *self.conn().await?, limit, self.isolation).await
     }
 }

@@ -8,7 +8,7 @@ use diesel_async::{
     },
 };
 use diesel_outbox_core::{
-    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Store, Task, TaskId,
+    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Rescued, Result, Store, Task, TaskId,
     telemetry, transition::Completion,
 };
 use diesel_outbox_sql::{cached, postgres_error, postgres_pool_error};
@@ -146,7 +146,7 @@ impl Store for PgStore {
         moves::promote(&mut *self.conn().await?, limit).await
     }
 
-    async fn rescue(&self, limit: u32) -> Result<u64> {
+    async fn rescue(&self, limit: u32) -> Result<Rescued> {
         moves::rescue(&mut *self.conn().await?, limit).await
     }
 }

@@ -7,7 +7,7 @@ use diesel_async::pooled_connection::{
     deadpool::{Object, Pool},
 };
 use diesel_outbox_core::{
-    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Store, Task, TaskId,
+    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Rescued, Result, Store, Task, TaskId,
     telemetry, transition::Completion,
 };
 use diesel_outbox_sql::sqlite_pool_error;
@@ -145,7 +145,7 @@ impl Store for SqliteStore {
         moves::promote(&mut conn, limit).await
     }
 
-    async fn rescue(&self, limit: u32) -> Result<u64> {
+    async fn rescue(&self, limit: u32) -> Result<Rescued> {
         let (_turn, mut conn) = self.writer().await?;
         moves::rescue(&mut conn, limit).await
     }

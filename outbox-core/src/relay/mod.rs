@@ -125,7 +125,7 @@ impl<S: Maintenance> Relay<S> {
         let stop_maintaining = CancellationToken::new();
         // Aborted if this future is dropped instead of shut down.
         let maintaining = AbortOnDropHandle::new(tokio::spawn(maintainer::run(
-            self.worker.store().clone(),
+            self.worker.clone(),
             config.clone(),
             available.clone(),
             rescheduled.clone(),
@@ -234,7 +234,11 @@ impl<S: Maintenance> Relay<S> {
             match tokio::time::timeout(config.shutdown_timeout, claim.task).await {
                 Ok(Ok(Ok(records))) => {
                     for record in records {
-                        if record.status != Status::Failed {
+                        if record.status == Status::Failed {
+                            report.expired += 1;
+                            telemetry::expired(1);
+                            self.worker.report_failed(record);
+                        } else {
                             let fence = self.worker.fence(&record);
                             writer.push(
                                 transition::release(fence),
@@ -322,6 +326,7 @@ impl<S: Maintenance> Relay<S> {
             if record.status == Status::Failed {
                 report.expired += 1;
                 telemetry::expired(1);
+                self.worker.report_failed(record);
             } else {
                 report.claimed += 1;
                 inflight.start(record, claim.at, writer);

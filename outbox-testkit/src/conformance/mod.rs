@@ -19,6 +19,7 @@ mod completion_batches;
 pub mod crash;
 mod delivery;
 mod enqueue;
+mod failure_hook;
 mod input;
 mod key_heads;
 mod leases;
@@ -39,6 +40,7 @@ pub use byte_exact_keys::*;
 pub use completion_batches::*;
 pub use delivery::*;
 pub use enqueue::*;
+pub use failure_hook::*;
 pub use input::*;
 pub use key_heads::*;
 pub use leases::*;
@@ -145,6 +147,8 @@ macro_rules! conformance_tests {
             stats_count_every_status,
             relay_delivers_a_scheduled_task_when_due,
             relay_rescues_a_lapsed_lease,
+            failure_hook_runs_once_for_each_task_failed_for_good,
+            failure_hook_runs_once_under_a_relay_and_its_panics_stop_nothing,
         );
         $crate::conformance_tests!(@each $backend, (flavor = "current_thread");
             migrations_are_idempotent_and_reversible,
