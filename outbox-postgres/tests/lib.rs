@@ -8,3 +8,4 @@ mod database_errors;
 mod migration_lock;
 mod notify;
 mod pool_recycling;
+mod spawned_transaction;
