@@ -115,6 +115,26 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// unblocks the key's next task in the same transaction.
     fn complete(&self, completions: &[Completion]) -> impl Future<Output = Result<u64>> + Send;
 
+    /// Writes attempt results like [`complete`](Store::complete), and
+    /// returns the claims whose result applied, as `(id, attempt)` of their
+    /// fences, so a caller knows exactly which results took effect (the
+    /// failure hook runs for those). The default writes one result per
+    /// statement; a backend that can tell in one batch overrides it.
+    fn complete_applied(
+        &self,
+        completions: &[Completion],
+    ) -> impl Future<Output = Result<Vec<(TaskId, i64)>>> + Send {
+        async move {
+            let mut applied = Vec::new();
+            for completion in completions {
+                if self.complete(std::slice::from_ref(completion)).await? > 0 {
+                    applied.push((completion.fence.id, completion.fence.attempt));
+                }
+            }
+            Ok(applied)
+        }
+    }
+
     /// Reads one task.
     fn get(&self, id: TaskId) -> impl Future<Output = Result<Record>> + Send;
     /// Makes up to `limit` waiting tasks whose time has come available

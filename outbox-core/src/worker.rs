@@ -249,9 +249,10 @@ impl<S: Store> Worker<S> {
 
     /// Writes completions; a fenced-out write is logged, not an error.
     ///
-    /// With a failure hook registered, each result that fails its task is
-    /// written in a statement of its own, so that the hook runs for exactly
-    /// the failures that applied, once each, after their write committed.
+    /// With a failure hook registered, the results that fail their task are
+    /// written apart from the others, through
+    /// [`Store::complete_applied`], so that the hook runs for exactly the
+    /// failures that applied, once each, after their write committed.
     pub(crate) async fn write(&self, completions: &[Completion]) -> Result<u64> {
         if completions.is_empty() {
             return Ok(0);
@@ -265,17 +266,9 @@ impl<S: Store> Worker<S> {
                 } else {
                     self.inner.store.complete(&others).await?
                 };
-                for failure in failures {
-                    let one = self
-                        .inner
-                        .store
-                        .complete(std::slice::from_ref(&failure))
-                        .await?;
-                    if one > 0 {
-                        self.report_failed_ids([failure.fence.id]);
-                    }
-                    applied += one;
-                }
+                let failed = self.inner.store.complete_applied(&failures).await?;
+                applied += failed.len() as u64;
+                self.report_failed_ids(failed.into_iter().map(|(id, _)| id));
                 applied
             } else {
                 self.inner.store.complete(completions).await?

@@ -137,6 +137,10 @@ impl Store for MysqlStore {
         complete::write(&mut *self.conn().await?, completions, self.isolation).await
     }
 
+    async fn complete_applied(&self, completions: &[Completion]) -> Result<Vec<(TaskId, i64)>> {
+        complete::write_applied(&mut *self.conn().await?, completions, self.isolation).await
+    }
+
     async fn get(&self, id: TaskId) -> Result<Record> {
         query::get(&mut *self.conn().await?, id)
             .await?

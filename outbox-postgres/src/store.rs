@@ -136,6 +136,10 @@ impl Store for PgStore {
         complete::write(&mut *self.conn().await?, completions).await
     }
 
+    async fn complete_applied(&self, completions: &[Completion]) -> Result<Vec<(TaskId, i64)>> {
+        complete::write_applied(&mut *self.conn().await?, completions).await
+    }
+
     async fn get(&self, id: TaskId) -> Result<Record> {
         query::get(&mut *self.conn().await?, id)
             .await?

@@ -134,6 +134,14 @@ impl Store for SqliteStore {
         complete::write(&mut conn, completions).await
     }
 
+    async fn complete_applied(&self, completions: &[Completion]) -> Result<Vec<(TaskId, i64)>> {
+        if completions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (_turn, mut conn) = self.writer().await?;
+        complete::write_applied(&mut conn, completions).await
+    }
+
     async fn get(&self, id: TaskId) -> Result<Record> {
         query::get(&mut *self.conn().await?, id)
             .await?
