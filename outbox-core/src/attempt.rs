@@ -80,7 +80,7 @@ fn outcome_name(outcome: &Outcome) -> &'static str {
     }
 }
 
-fn panic_text(panic: &(dyn Any + Send)) -> &str {
+pub(crate) fn panic_text(panic: &(dyn Any + Send)) -> &str {
     panic
         .downcast_ref::<&str>()
         .copied()

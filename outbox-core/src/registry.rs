@@ -1,12 +1,14 @@
-//! The handler table: [`Registry`], built once, duplicates rejected.
+//! The handler table: [`Registry`], built once, duplicates rejected; and the
+//! failure hook beside it.
 
 use std::{
     collections::{HashMap, hash_map::Entry},
     fmt,
+    future::Future,
     sync::Arc,
 };
 
-use crate::{Error, Handler, HandlerKey, Result};
+use crate::{Error, Handler, HandlerKey, OnFailed, Record, Result};
 
 /// Maps each `(kind, version)` to its handler. Immutable once built.
 ///
@@ -29,6 +31,7 @@ use crate::{Error, Handler, HandlerKey, Result};
 #[derive(Clone, Default)]
 pub struct Registry {
     handlers: Arc<HashMap<HandlerKey, Arc<dyn Handler>>>,
+    on_failed: Option<OnFailed>,
 }
 
 impl Registry {
@@ -58,12 +61,18 @@ impl Registry {
     pub fn is_empty(&self) -> bool {
         self.handlers.is_empty()
     }
+
+    /// The failure hook, if one is registered.
+    pub fn on_failed(&self) -> Option<&OnFailed> {
+        self.on_failed.as_ref()
+    }
 }
 
 impl fmt::Debug for Registry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Registry")
             .field("keys", &self.keys())
+            .field("on_failed", &self.on_failed.is_some())
             .finish()
     }
 }
@@ -74,6 +83,7 @@ impl fmt::Debug for Registry {
 pub struct RegistryBuilder {
     handlers: HashMap<HandlerKey, Arc<dyn Handler>>,
     duplicate: Option<HandlerKey>,
+    on_failed: Option<OnFailed>,
 }
 
 impl RegistryBuilder {
@@ -90,6 +100,38 @@ impl RegistryBuilder {
         self
     }
 
+    /// Registers the failure hook: `hook` is called once with the record of
+    /// each task that fails for good, whatever its kind (a permanent error,
+    /// its attempts used up, its deadline passed), after the write that
+    /// failed it committed. It runs in a tokio task of its own; a panic in it
+    /// is caught and logged, and never stops delivery. A second call replaces
+    /// the first hook.
+    ///
+    /// ```
+    /// use diesel_outbox_core::{Record, Registry};
+    ///
+    /// let (dead_letters, _inbox) = tokio::sync::mpsc::unbounded_channel::<Record>();
+    /// let registry = Registry::builder()
+    ///     .on_failed(move |record: Record| {
+    ///         let dead_letters = dead_letters.clone();
+    ///         async move {
+    ///             // Route the dead letter on, or raise an alert.
+    ///             let _ = dead_letters.send(record);
+    ///         }
+    ///     })
+    ///     .build()?;
+    /// assert!(registry.on_failed().is_some());
+    /// # Ok::<(), diesel_outbox_core::Error>(())
+    /// ```
+    pub fn on_failed<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(Record) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.on_failed = Some(OnFailed::new(hook));
+        self
+    }
+
     /// Builds the registry, or names the first key registered twice.
     pub fn build(self) -> Result<Registry> {
         if let Some(key) = self.duplicate {
@@ -97,6 +139,7 @@ impl RegistryBuilder {
         }
         Ok(Registry {
             handlers: Arc::new(self.handlers),
+            on_failed: self.on_failed,
         })
     }
 }
@@ -105,6 +148,7 @@ impl fmt::Debug for RegistryBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RegistryBuilder")
             .field("handlers", &self.handlers.len())
+            .field("on_failed", &self.on_failed.is_some())
             .finish()
     }
 }

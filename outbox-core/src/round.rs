@@ -87,7 +87,7 @@ impl<S: Store> Worker<S> {
         // Bounded by MAX_BATCH_SIZE by the caller.
         let step = u32::try_from(batch_size).unwrap_or(u32::MAX);
         report.promoted = drain(step, || self.store().promote(step)).await?;
-        report.rescued = drain(step, || self.store().rescue(step)).await?;
+        report.rescued = self.rescue(step).await?;
         telemetry::moved(report.promoted, report.rescued);
         let mut request = BatchRequest {
             lease: self.lease_request(),
@@ -112,6 +112,9 @@ impl<S: Store> Worker<S> {
                 .partition(|record| record.status == Status::Failed);
             report.expired += expired.len() as u64;
             telemetry::expired(expired.len() as u64);
+            for record in expired {
+                self.report_failed(record);
+            }
             report.claimed += due.len() as u64;
             let completions: Vec<Completion> = stream::iter(due)
                 .map(|record| self.attempt_within_lease(record, claimed_at, claim.clone()))

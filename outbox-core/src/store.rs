@@ -55,6 +55,16 @@ pub struct BatchRequest {
     pub due_by: Option<chrono::DateTime<chrono::Utc>>,
 }
 
+/// What one [`Store::rescue`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rescued {
+    /// Tasks moved: made available again, or failed.
+    pub moved: u64,
+    /// The tasks among them that were failed for good, because their runs
+    /// had reached `max_attempts`.
+    pub failed: Vec<TaskId>,
+}
+
 /// Where a task's rows live, and the few operations the worker needs.
 ///
 /// Backends implement it with their own SQL; every decision comes from
@@ -105,6 +115,26 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// unblocks the key's next task in the same transaction.
     fn complete(&self, completions: &[Completion]) -> impl Future<Output = Result<u64>> + Send;
 
+    /// Writes attempt results like [`complete`](Store::complete), and
+    /// returns the claims whose result applied, as `(id, attempt)` of their
+    /// fences, so a caller knows exactly which results took effect (the
+    /// failure hook runs for those). The default writes one result per
+    /// statement; a backend that can tell in one batch overrides it.
+    fn complete_applied(
+        &self,
+        completions: &[Completion],
+    ) -> impl Future<Output = Result<Vec<(TaskId, i64)>>> + Send {
+        async move {
+            let mut applied = Vec::new();
+            for completion in completions {
+                if self.complete(std::slice::from_ref(completion)).await? > 0 {
+                    applied.push((completion.fence.id, completion.fence.attempt));
+                }
+            }
+            Ok(applied)
+        }
+    }
+
     /// Reads one task.
     fn get(&self, id: TaskId) -> impl Future<Output = Result<Record>> + Send;
     /// Makes up to `limit` waiting tasks whose time has come available
@@ -116,6 +146,7 @@ pub trait Store: Clone + Send + Sync + 'static {
     fn promote(&self, limit: u32) -> impl Future<Output = Result<u64>> + Send;
     /// Rescues up to `limit` running tasks whose lease lapsed
     /// ([`transition::rescue`](crate::transition::rescue)); returns how
-    /// many. Locked rows are treated as by [`promote`](Store::promote).
-    fn rescue(&self, limit: u32) -> impl Future<Output = Result<u64>> + Send;
+    /// many, and which of them it failed for good (their runs had reached
+    /// `max_attempts`). Locked rows are treated as by [`promote`](Store::promote).
+    fn rescue(&self, limit: u32) -> impl Future<Output = Result<Rescued>> + Send;
 }

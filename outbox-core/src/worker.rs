@@ -1,6 +1,6 @@
 //! The [`Worker`]: `send` right after commit, `send_async`, and `retry_pending`.
 
-use std::sync::Arc;
+use std::{future::Future, sync::Arc};
 
 use tokio::{
     runtime::Handle,
@@ -100,6 +100,20 @@ impl<S: Store> Worker<S> {
         &self.inner.config
     }
 
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// Spawns `work` on the worker's runtime, counted by
+    /// [`wait_idle`](Worker::wait_idle) while it runs.
+    pub(crate) fn spawn_tracked(&self, work: impl Future<Output = ()> + Send + 'static) {
+        let in_flight = InFlight::start(&self.inner.in_flight);
+        self.inner.runtime.spawn(async move {
+            let _in_flight = in_flight;
+            work.await;
+        });
+    }
+
     pub(crate) fn lease_request(&self) -> LeaseRequest {
         LeaseRequest {
             owner: self.inner.config.owner.clone(),
@@ -130,6 +144,7 @@ impl<S: Store> Worker<S> {
             ClaimOutcome::Finished(_) => return Err(Error::Failed(id)),
             ClaimOutcome::Expired => {
                 telemetry::expired(1);
+                self.report_failed_ids([id]);
                 return Err(Error::Expired(id));
             }
             ClaimOutcome::NotFound => return Err(Error::NotFound(id)),
@@ -190,8 +205,10 @@ impl<S: Store> Worker<S> {
     }
 
     /// Resolves once no [`send_async`](Worker::send_async) of this worker (or
-    /// its clones) is running: for a graceful shutdown, or a test that must
-    /// see the outcome of sends it did not await.
+    /// its clones) is running, nor a call of the failure hook
+    /// ([`RegistryBuilder::on_failed`](crate::RegistryBuilder::on_failed)):
+    /// for a graceful shutdown, or a test that must see the outcome of sends
+    /// it did not await.
     pub async fn wait_idle(&self) {
         let mut in_flight = self.inner.in_flight.subscribe();
         // The sender lives in `self`, so the channel cannot close meanwhile.
@@ -259,17 +276,45 @@ impl<S: Store> Worker<S> {
     }
 
     /// Writes completions; a fenced-out write is logged, not an error.
+    ///
+    /// With a failure hook registered, the results that fail their task are
+    /// written apart from the others, through
+    /// [`Store::complete_applied`], so that the hook runs for exactly the
+    /// failures that applied, once each, after their write committed.
     pub(crate) async fn write(&self, completions: &[Completion]) -> Result<u64> {
         if completions.is_empty() {
             return Ok(0);
         }
         let span = telemetry::write_span(completions.len());
-        let applied = self
-            .inner
-            .store
-            .complete(completions)
-            .instrument(span.clone())
-            .await?;
+        let applied =
+            if self.registry().on_failed().is_some() && completions.iter().any(fails_for_good) {
+                let (failures, others): (Vec<Completion>, Vec<Completion>) =
+                    completions.iter().cloned().partition(fails_for_good);
+                let mut applied = if others.is_empty() {
+                    0
+                } else {
+                    self.inner
+                        .store
+                        .complete(&others)
+                        .instrument(span.clone())
+                        .await?
+                };
+                let failed = self
+                    .inner
+                    .store
+                    .complete_applied(&failures)
+                    .instrument(span.clone())
+                    .await?;
+                applied += failed.len() as u64;
+                self.report_failed_ids(failed.into_iter().map(|(id, _)| id));
+                applied
+            } else {
+                self.inner
+                    .store
+                    .complete(completions)
+                    .instrument(span.clone())
+                    .await?
+            };
         span.record("outbox.applied", telemetry::int(applied));
         let stale = completions.len() as u64 - applied.min(completions.len() as u64);
         if stale > 0 {
@@ -280,4 +325,24 @@ impl<S: Store> Worker<S> {
         }
         Ok(applied)
     }
+
+    /// Rescues lapsed leases, `step` rows per statement, until a statement
+    /// comes back short; returns how many tasks moved, and runs the failure
+    /// hook for those that failed for good.
+    pub(crate) async fn rescue(&self, step: u32) -> Result<u64> {
+        let mut total = 0;
+        loop {
+            let rescued = self.inner.store.rescue(step).await?;
+            total += rescued.moved;
+            self.report_failed_ids(rescued.failed);
+            if rescued.moved < u64::from(step) {
+                return Ok(total);
+            }
+        }
+    }
+}
+
+/// Whether a completion fails its task for good.
+fn fails_for_good(completion: &Completion) -> bool {
+    completion.status == Status::Failed
 }

@@ -1,5 +1,7 @@
 //! The caller's transaction: checking for one, and running one that sends after commit.
 
+use std::future::Future;
+
 use diesel_async::{AsyncConnection, TransactionManager};
 use diesel_outbox_core::{Error, Result, Store, Tx, TxBody, Worker};
 
@@ -18,26 +20,38 @@ pub fn require_transaction<C: AsyncConnection>(conn: &mut C) -> Result<()> {
 ///
 /// If the body fails or the commit fails, everything rolls back and nothing
 /// is sent. A send that fails after commit is retried by the next round.
-pub async fn transaction<S, R, E, F>(
-    worker: &Worker<S>,
-    conn: &mut S::Conn,
+///
+/// The future is `Send` and borrows only `worker`, `conn` and what `body`
+/// captures, so it runs inside `tokio::spawn`, and so inside an axum or tonic
+/// handler.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would leave its future's Send to inference at each caller (rust-lang/rust#100013)"
+)]
+pub fn transaction<'a, S, R, E, F>(
+    worker: &'a Worker<S>,
+    conn: &'a mut S::Conn,
     body: F,
-) -> Result<R, E>
+) -> impl Future<Output = Result<R, E>> + Send + 'a
 where
     S: Store,
     S::Conn: AsyncConnection,
-    for<'r> F:
-        AsyncFnOnce(Tx<'r, S>) -> Result<R, E> + TxBody<Tx<'r, S>, Result<R, E>, Fut: Send> + Send,
-    E: From<diesel::result::Error> + Send,
-    R: Send,
+    for<'r> F: AsyncFnOnce(Tx<'r, S>) -> Result<R, E>
+        + TxBody<Tx<'r, S>, Result<R, E>, Fut: Send>
+        + Send
+        + 'a,
+    E: From<diesel::result::Error> + Send + 'a,
+    R: Send + 'a,
 {
-    let mut enqueued = Vec::new();
-    let store = worker.store();
-    let value = conn
-        .transaction::<R, E, _>(async |conn| body(Tx::new(conn, store, &mut enqueued)).await)
-        .await?;
-    for id in enqueued {
-        worker.send_async(id);
+    async move {
+        let mut enqueued = Vec::new();
+        let store = worker.store();
+        let value = conn
+            .transaction::<R, E, _>(async |conn| body(Tx::new(conn, store, &mut enqueued)).await)
+            .await?;
+        for id in enqueued {
+            worker.send_async(id);
+        }
+        Ok(value)
     }
-    Ok(value)
 }

@@ -11,7 +11,7 @@ use diesel::{
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
 use diesel_outbox_core::{
-    Result,
+    Result, TaskId,
     transition::{self, Completion},
 };
 use diesel_outbox_sql::{cached, mysql_error};
@@ -49,6 +49,34 @@ pub(crate) async fn write(
         // A running task is always its key's head.
         keys::close(conn, &keys::tally(finished), &|_| true).await?;
         Ok(applied)
+    })
+    .await
+}
+
+/// Writes `completions` like [`write`]; returns the `(id, attempt)` of the
+/// claims whose result was still current and applied. MySQL has no
+/// `RETURNING`: the current claims are read and locked first, in the same
+/// transaction, so they are exactly the ones the update applies.
+pub(crate) async fn write_applied(
+    conn: &mut AsyncMysqlConnection,
+    completions: &[Completion],
+    isolation: Isolation,
+) -> Result<Vec<(TaskId, i64)>> {
+    read_committed(conn, isolation, async |conn| {
+        let all: Vec<&Completion> = completions.iter().collect();
+        let current = current_fences(conn, &all).await?;
+        write_all(conn, completions).await?;
+        let finished = completions
+            .iter()
+            .filter(|c| transition::moves_key_on(c))
+            .filter(|c| current.contains(&(c.fence.id.get(), c.fence.attempt)))
+            .filter_map(|c| c.fence.ordering_key.as_deref());
+        // A running task is always its key's head.
+        keys::close(conn, &keys::tally(finished), &|_| true).await?;
+        Ok(current
+            .into_iter()
+            .map(|(id, attempt)| (TaskId::new(id), attempt))
+            .collect())
     })
     .await
 }

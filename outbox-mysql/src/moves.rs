@@ -14,7 +14,7 @@ use diesel::{
     sql_types::{BigInt, Text},
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
-use diesel_outbox_core::{Result, transition};
+use diesel_outbox_core::{Rescued, Result, TaskId, transition};
 use diesel_outbox_sql::{cached, mysql_error, uncached};
 
 use crate::store_transaction::Isolation;
@@ -32,7 +32,8 @@ ORDER BY next_attempt_at
 LIMIT ?";
 
 const LAPSED: &str = "\
-SELECT id FROM outbox_tasks
+SELECT id, CAST(COALESCE(attempts - released >= max_attempts, 0) AS SIGNED) AS exhausted
+FROM outbox_tasks
 WHERE status = 'running' AND lease_expires_at <= UTC_TIMESTAMP(6)
 ORDER BY lease_expires_at
 LIMIT ?";
@@ -42,18 +43,39 @@ const PROMOTE: &str = "\
 UPDATE outbox_tasks FORCE INDEX (PRIMARY) SET status = 'available', updated_at = UTC_TIMESTAMP(6)
 WHERE id IN ({ids}) AND status = 'waiting' AND next_attempt_at <= UTC_TIMESTAMP(6)";
 
-/// [`transition::rescue`] in SQL, for the ids listed: failed when the runs
-/// reached `max_attempts`, available otherwise. MySQL evaluates `SET` left
-/// to right on the updated row; no expression reads a column assigned
-/// before it.
+/// [`transition::rescue`] in SQL for the ids listed whose runs are below
+/// `max_attempts`: available again.
 const RESCUE: &str = "\
 UPDATE outbox_tasks FORCE INDEX (PRIMARY) SET
-    finished_at = IF(attempts - released >= max_attempts, UTC_TIMESTAMP(6), NULL),
-    last_error = IF(attempts - released >= max_attempts,
-                    CONCAT('gave up after ', attempts - released, ' attempts: ', ?), ?),
-    status = IF(attempts - released >= max_attempts, 'failed', 'available'),
+    last_error = ?, status = 'available',
     lease_owner = NULL, lease_expires_at = NULL, updated_at = UTC_TIMESTAMP(6)
-WHERE id IN ({ids}) AND status = 'running' AND lease_expires_at <= UTC_TIMESTAMP(6)";
+WHERE id IN ({ids}) AND status = 'running' AND lease_expires_at <= UTC_TIMESTAMP(6)
+  AND (max_attempts IS NULL OR attempts - released < max_attempts)";
+
+/// [`transition::rescue`] in SQL for one task whose runs reached
+/// `max_attempts`: failed. One statement per task, so its count says whether
+/// this task was failed (MySQL has no `RETURNING`). MySQL evaluates `SET`
+/// left to right on the updated row; no expression reads a column assigned
+/// before it.
+const RESCUE_EXHAUSTED: &str = "\
+UPDATE outbox_tasks FORCE INDEX (PRIMARY) SET
+    finished_at = UTC_TIMESTAMP(6),
+    last_error = CONCAT('gave up after ', attempts - released, ' attempts: ', ?),
+    status = 'failed',
+    lease_owner = NULL, lease_expires_at = NULL, updated_at = UTC_TIMESTAMP(6)
+WHERE id = ? AND status = 'running' AND lease_expires_at <= UTC_TIMESTAMP(6)
+  AND attempts - released >= max_attempts";
+
+/// A running task whose lease lapsed, and whether its runs reached
+/// `max_attempts` when it was read.
+#[derive(QueryableByName)]
+struct Lapsed {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    /// 1 or 0.
+    #[diesel(sql_type = BigInt)]
+    exhausted: i64,
+}
 
 /// The ids `select` finds, ascending, as an SQL list; `None` when none.
 async fn candidates(
@@ -92,22 +114,51 @@ pub(crate) async fn promote(
     Ok(moved as u64)
 }
 
-/// Rescues up to `limit` running tasks whose lease lapsed.
+/// Rescues up to `limit` running tasks whose lease lapsed: those below
+/// their attempt limit in one statement, each of the others in one of its
+/// own. A row whose runs changed between the read and the update (a `send`
+/// took it over) is left for the next rescue.
 pub(crate) async fn rescue(
     conn: &mut AsyncMysqlConnection,
     limit: u32,
     isolation: Isolation,
-) -> Result<u64> {
-    let Some(ids) = candidates(conn, LAPSED, limit).await? else {
-        return Ok(0);
-    };
-    isolation.apply(conn).await?;
-    let sql = RESCUE.replace("{ids}", &ids);
-    let moved = uncached(&sql)
-        .bind::<Text, _>(transition::LAPSED_ERROR)
-        .bind::<Text, _>(transition::LAPSED_ERROR)
-        .execute(conn)
+) -> Result<Rescued> {
+    let mut lapsed: Vec<Lapsed> = cached(LAPSED)
+        .bind::<BigInt, _>(i64::from(limit))
+        .load(conn)
         .await
         .map_err(mysql_error)?;
-    Ok(moved as u64)
+    if lapsed.is_empty() {
+        return Ok(Rescued::default());
+    }
+    lapsed.sort_unstable_by_key(|row| row.id);
+    isolation.apply(conn).await?;
+    let mut rescued = Rescued::default();
+    let again: Vec<String> = lapsed
+        .iter()
+        .filter(|row| row.exhausted == 0)
+        .map(|row| row.id.to_string())
+        .collect();
+    if !again.is_empty() {
+        let sql = RESCUE.replace("{ids}", &again.join(", "));
+        let moved = uncached(&sql)
+            .bind::<Text, _>(transition::LAPSED_ERROR)
+            .execute(conn)
+            .await
+            .map_err(mysql_error)?;
+        rescued.moved += moved as u64;
+    }
+    for row in lapsed.iter().filter(|row| row.exhausted != 0) {
+        let failed = cached(RESCUE_EXHAUSTED)
+            .bind::<Text, _>(transition::LAPSED_ERROR)
+            .bind::<BigInt, _>(row.id)
+            .execute(conn)
+            .await
+            .map_err(mysql_error)?;
+        if failed > 0 {
+            rescued.moved += 1;
+            rescued.failed.push(TaskId::new(row.id));
+        }
+    }
+    Ok(rescued)
 }

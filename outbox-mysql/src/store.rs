@@ -10,7 +10,7 @@ use diesel_async::{
     },
 };
 use diesel_outbox_core::{
-    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Store, Task, TaskId,
+    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Rescued, Result, Store, Task, TaskId,
     telemetry, transition::Completion,
 };
 use diesel_outbox_sql::mysql_pool_error;
@@ -136,6 +136,10 @@ impl Store for MysqlStore {
         complete::write(&mut *self.conn().await?, completions, self.isolation).await
     }
 
+    async fn complete_applied(&self, completions: &[Completion]) -> Result<Vec<(TaskId, i64)>> {
+        complete::write_applied(&mut *self.conn().await?, completions, self.isolation).await
+    }
+
     async fn get(&self, id: TaskId) -> Result<Record> {
         query::get(&mut *self.conn().await?, id)
             .await?
@@ -146,7 +150,7 @@ impl Store for MysqlStore {
         moves::promote(&mut *self.conn().await?, limit, self.isolation).await
     }
 
-    async fn rescue(&self, limit: u32) -> Result<u64> {
+    async fn rescue(&self, limit: u32) -> Result<Rescued> {
         moves::rescue(&mut *self.conn().await?, limit, self.isolation).await
     }
 }

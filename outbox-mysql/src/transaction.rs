@@ -1,5 +1,7 @@
 //! [`transaction`]: business writes and enqueues in one transaction, sent after commit.
 
+use std::future::Future;
+
 use diesel_async::AsyncMysqlConnection;
 use diesel_outbox_core::{Tx, TxBody, Worker};
 
@@ -10,6 +12,10 @@ use crate::MysqlStore;
 ///
 /// If the body fails or the commit fails, everything rolls back and nothing
 /// is sent. A send that fails after commit is retried by the next round.
+///
+/// The future is `Send` and borrows only `worker`, `conn` and what `body`
+/// captures, so it runs inside `tokio::spawn`, and so inside an axum or tonic
+/// handler.
 ///
 /// ```no_run
 /// use diesel_async::AsyncMysqlConnection;
@@ -27,17 +33,18 @@ use crate::MysqlStore;
 /// # Ok(())
 /// # }
 /// ```
-pub async fn transaction<R, E, F>(
-    worker: &Worker<MysqlStore>,
-    conn: &mut AsyncMysqlConnection,
+pub fn transaction<'a, R, E, F>(
+    worker: &'a Worker<MysqlStore>,
+    conn: &'a mut AsyncMysqlConnection,
     body: F,
-) -> Result<R, E>
+) -> impl Future<Output = Result<R, E>> + Send + 'a
 where
     for<'r> F: AsyncFnOnce(Tx<'r, MysqlStore>) -> Result<R, E>
         + TxBody<Tx<'r, MysqlStore>, Result<R, E>, Fut: Send>
-        + Send,
-    E: From<diesel::result::Error> + Send,
-    R: Send,
+        + Send
+        + 'a,
+    E: From<diesel::result::Error> + Send + 'a,
+    R: Send + 'a,
 {
-    diesel_outbox_sql::transaction(worker, conn, body).await
+    diesel_outbox_sql::transaction(worker, conn, body)
 }

@@ -8,5 +8,6 @@ mod auto_increment;
 mod database_errors;
 mod migration_lock;
 mod session_isolation;
+mod spawned_transaction;
 mod time_zone;
 mod unreadable_keys;

@@ -10,7 +10,7 @@ use diesel::{
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use diesel_outbox_core::{
-    Result, Status,
+    Result, Status, TaskId,
     transition::{self, Completion},
 };
 use diesel_outbox_sql::{cached, micros, postgres_error};
@@ -59,8 +59,17 @@ struct Applied {
 
 /// Writes `completions`; returns how many were still current and applied.
 pub(crate) async fn write(conn: &mut AsyncPgConnection, completions: &[Completion]) -> Result<u64> {
+    Ok(write_applied(conn, completions).await?.len() as u64)
+}
+
+/// Writes `completions`; returns the `(id, attempt)` of the claims whose
+/// result was still current and applied.
+pub(crate) async fn write_applied(
+    conn: &mut AsyncPgConnection,
+    completions: &[Completion],
+) -> Result<Vec<(TaskId, i64)>> {
     if !completions.iter().any(transition::moves_key_on) {
-        return Ok(update(conn, completions).await?.len() as u64);
+        return Ok(claims(update(conn, completions).await?));
     }
     store_transaction(conn, async |conn| {
         let applied: HashSet<Applied> = update(conn, completions).await?.into_iter().collect();
@@ -76,9 +85,17 @@ pub(crate) async fn write(conn: &mut AsyncPgConnection, completions: &[Completio
             .filter_map(|c| c.fence.ordering_key.as_deref());
         // A running task is always its key's head.
         keys::close(conn, &keys::tally(finished), &|_| true).await?;
-        Ok(applied.len() as u64)
+        Ok(claims(applied))
     })
     .await
+}
+
+/// The `(id, attempt)` of each claim that applied.
+fn claims(applied: impl IntoIterator<Item = Applied>) -> Vec<(TaskId, i64)> {
+    applied
+        .into_iter()
+        .map(|row| (TaskId::new(row.id), row.attempts))
+        .collect()
 }
 
 /// The fenced update; returns the claims that applied.

@@ -3,9 +3,12 @@
 //! status it moves, through that status's index, at most `limit` of them,
 //! and skips rows other workers hold.
 
-use diesel::sql_types::{BigInt, Text};
+use diesel::{
+    QueryableByName,
+    sql_types::{BigInt, Bool, Text},
+};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use diesel_outbox_core::{Result, transition};
+use diesel_outbox_core::{Rescued, Result, TaskId, transition};
 use diesel_outbox_sql::{cached, postgres_error};
 
 /// [`transition::promote`] in SQL.
@@ -36,7 +39,8 @@ WHERE t.id IN (
     ORDER BY lease_expires_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED)
-  AND t.status = 'running' AND t.lease_expires_at <= now()";
+  AND t.status = 'running' AND t.lease_expires_at <= now()
+RETURNING t.id, t.status = 'failed' AS failed";
 
 /// Makes up to `limit` due waiting tasks available.
 pub(crate) async fn promote(conn: &mut AsyncPgConnection, limit: u32) -> Result<u64> {
@@ -48,13 +52,29 @@ pub(crate) async fn promote(conn: &mut AsyncPgConnection, limit: u32) -> Result<
     Ok(moved as u64)
 }
 
+/// A task a rescue moved, and whether it failed it.
+#[derive(QueryableByName)]
+struct Moved {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Bool)]
+    failed: bool,
+}
+
 /// Rescues up to `limit` running tasks whose lease lapsed.
-pub(crate) async fn rescue(conn: &mut AsyncPgConnection, limit: u32) -> Result<u64> {
-    let moved = cached(RESCUE)
+pub(crate) async fn rescue(conn: &mut AsyncPgConnection, limit: u32) -> Result<Rescued> {
+    let moved: Vec<Moved> = cached(RESCUE)
         .bind::<BigInt, _>(i64::from(limit))
         .bind::<Text, _>(transition::LAPSED_ERROR)
-        .execute(conn)
+        .load(conn)
         .await
         .map_err(postgres_error)?;
-    Ok(moved as u64)
+    Ok(Rescued {
+        moved: moved.len() as u64,
+        failed: moved
+            .into_iter()
+            .filter(|row| row.failed)
+            .map(|row| TaskId::new(row.id))
+            .collect(),
+    })
 }

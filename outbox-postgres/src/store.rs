@@ -8,7 +8,7 @@ use diesel_async::{
     },
 };
 use diesel_outbox_core::{
-    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Store, Task, TaskId,
+    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Rescued, Result, Store, Task, TaskId,
     telemetry, transition::Completion,
 };
 use diesel_outbox_sql::{cached, postgres_error, postgres_pool_error};
@@ -140,6 +140,10 @@ impl Store for PgStore {
         complete::write(&mut *self.conn().await?, completions).await
     }
 
+    async fn complete_applied(&self, completions: &[Completion]) -> Result<Vec<(TaskId, i64)>> {
+        complete::write_applied(&mut *self.conn().await?, completions).await
+    }
+
     async fn get(&self, id: TaskId) -> Result<Record> {
         query::get(&mut *self.conn().await?, id)
             .await?
@@ -150,7 +154,7 @@ impl Store for PgStore {
         moves::promote(&mut *self.conn().await?, limit).await
     }
 
-    async fn rescue(&self, limit: u32) -> Result<u64> {
+    async fn rescue(&self, limit: u32) -> Result<Rescued> {
         moves::rescue(&mut *self.conn().await?, limit).await
     }
 }

@@ -1,5 +1,7 @@
 //! [`transaction`]: business writes and enqueues in one transaction, sent after commit.
 
+use std::future::Future;
+
 use diesel_async::AsyncPgConnection;
 use diesel_outbox_core::{Tx, TxBody, Worker};
 
@@ -10,6 +12,10 @@ use crate::PgStore;
 ///
 /// If the body fails or the commit fails, everything rolls back and nothing
 /// is sent. A send that fails after commit is retried by the next round.
+///
+/// The future is `Send` and borrows only `worker`, `conn` and what `body`
+/// captures, so it runs inside `tokio::spawn`, and so inside an axum or tonic
+/// handler.
 ///
 /// ```no_run
 /// use diesel_async::AsyncPgConnection;
@@ -28,17 +34,18 @@ use crate::PgStore;
 /// # Ok(())
 /// # }
 /// ```
-pub async fn transaction<R, E, F>(
-    worker: &Worker<PgStore>,
-    conn: &mut AsyncPgConnection,
+pub fn transaction<'a, R, E, F>(
+    worker: &'a Worker<PgStore>,
+    conn: &'a mut AsyncPgConnection,
     body: F,
-) -> Result<R, E>
+) -> impl Future<Output = Result<R, E>> + Send + 'a
 where
     for<'r> F: AsyncFnOnce(Tx<'r, PgStore>) -> Result<R, E>
         + TxBody<Tx<'r, PgStore>, Result<R, E>, Fut: Send>
-        + Send,
-    E: From<diesel::result::Error> + Send,
-    R: Send,
+        + Send
+        + 'a,
+    E: From<diesel::result::Error> + Send + 'a,
+    R: Send + 'a,
 {
-    diesel_outbox_sql::transaction(worker, conn, body).await
+    diesel_outbox_sql::transaction(worker, conn, body)
 }

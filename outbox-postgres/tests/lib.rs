@@ -9,3 +9,4 @@ mod migration_lock;
 mod notify;
 mod own_schema;
 mod pool_recycling;
+mod spawned_transaction;

@@ -12,7 +12,7 @@ use diesel::{
 };
 use diesel_async::RunQueryDsl;
 use diesel_outbox_core::{
-    Result, Status,
+    Result, Status, TaskId,
     transition::{self, Completion},
 };
 use diesel_outbox_sql::sqlite_error;
@@ -33,6 +33,15 @@ pub(crate) async fn write(
     conn: &mut AsyncSqliteConnection,
     completions: &[Completion],
 ) -> Result<u64> {
+    Ok(write_applied(conn, completions).await?.len() as u64)
+}
+
+/// Writes `completions` like [`write`]; returns the `(id, attempt)` of the
+/// claims whose result was still current and applied.
+pub(crate) async fn write_applied(
+    conn: &mut AsyncSqliteConnection,
+    completions: &[Completion],
+) -> Result<Vec<(TaskId, i64)>> {
     if !completions.iter().any(transition::moves_key_on) {
         return apply(conn, completions, timestamp::now()).await;
     }
@@ -49,7 +58,7 @@ async fn apply(
     conn: &mut AsyncSqliteConnection,
     completions: &[Completion],
     now: DateTime<Utc>,
-) -> Result<u64> {
+) -> Result<Vec<(TaskId, i64)>> {
     let mut applied = HashSet::new();
     for chunk in completions.chunks(MAX_PER_STATEMENT) {
         applied.extend(update(conn, chunk, now).await?);
@@ -61,7 +70,10 @@ async fn apply(
         .filter_map(|c| c.fence.ordering_key.as_deref());
     // A running task is always its key's head.
     keys::close(conn, &keys::tally(finished), &|_| true, now).await?;
-    Ok(applied.len() as u64)
+    Ok(applied
+        .into_iter()
+        .map(|(id, attempt)| (TaskId::new(id), attempt))
+        .collect())
 }
 
 /// Completions per statement: 8 values each, well inside SQLite's limit of

@@ -4,11 +4,12 @@
 //! holding only rows of the status it moves, at most `limit` of them.
 
 use diesel::{
-    sql_types::{BigInt, Text},
+    QueryableByName,
+    sql_types::{BigInt, Bool, Text},
     sqlite::Sqlite,
 };
 use diesel_async::RunQueryDsl;
-use diesel_outbox_core::{Result, transition};
+use diesel_outbox_core::{Rescued, Result, TaskId, transition};
 use diesel_outbox_sql::{cached, sqlite_error};
 
 use crate::{
@@ -40,7 +41,8 @@ WHERE status = 'running' AND id IN (
     SELECT id FROM outbox_tasks INDEXED BY outbox_tasks_lease_idx
     WHERE status = 'running' AND lease_expires_at <= $1
     ORDER BY lease_expires_at
-    LIMIT $2)";
+    LIMIT $2)
+RETURNING id, status = 'failed' AS failed";
 
 /// Makes up to `limit` due waiting tasks available.
 pub(crate) async fn promote(conn: &mut AsyncSqliteConnection, limit: u32) -> Result<u64> {
@@ -53,14 +55,30 @@ pub(crate) async fn promote(conn: &mut AsyncSqliteConnection, limit: u32) -> Res
     Ok(moved as u64)
 }
 
+/// A task a rescue moved, and whether it failed it.
+#[derive(QueryableByName)]
+struct Moved {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Bool)]
+    failed: bool,
+}
+
 /// Rescues up to `limit` running tasks whose lease lapsed.
-pub(crate) async fn rescue(conn: &mut AsyncSqliteConnection, limit: u32) -> Result<u64> {
-    let moved = cached::<Sqlite>(RESCUE)
+pub(crate) async fn rescue(conn: &mut AsyncSqliteConnection, limit: u32) -> Result<Rescued> {
+    let moved: Vec<Moved> = cached::<Sqlite>(RESCUE)
         .bind::<BigInt, _>(to_micros(timestamp::now()))
         .bind::<BigInt, _>(i64::from(limit))
         .bind::<Text, _>(transition::LAPSED_ERROR)
-        .execute(conn)
+        .load(conn)
         .await
         .map_err(sqlite_error)?;
-    Ok(moved as u64)
+    Ok(Rescued {
+        moved: moved.len() as u64,
+        failed: moved
+            .into_iter()
+            .filter(|row| row.failed)
+            .map(|row| TaskId::new(row.id))
+            .collect(),
+    })
 }

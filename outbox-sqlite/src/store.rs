@@ -7,7 +7,7 @@ use diesel_async::pooled_connection::{
     deadpool::{Object, Pool},
 };
 use diesel_outbox_core::{
-    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Store, Task, TaskId,
+    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Rescued, Result, Store, Task, TaskId,
     telemetry, transition::Completion,
 };
 use diesel_outbox_sql::sqlite_pool_error;
@@ -130,6 +130,14 @@ impl Store for SqliteStore {
         complete::write(&mut conn, completions).await
     }
 
+    async fn complete_applied(&self, completions: &[Completion]) -> Result<Vec<(TaskId, i64)>> {
+        if completions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (_turn, mut conn) = self.writer().await?;
+        complete::write_applied(&mut conn, completions).await
+    }
+
     async fn get(&self, id: TaskId) -> Result<Record> {
         query::get(&mut *self.conn().await?, id)
             .await?
@@ -141,7 +149,7 @@ impl Store for SqliteStore {
         moves::promote(&mut conn, limit).await
     }
 
-    async fn rescue(&self, limit: u32) -> Result<u64> {
+    async fn rescue(&self, limit: u32) -> Result<Rescued> {
         let (_turn, mut conn) = self.writer().await?;
         moves::rescue(&mut conn, limit).await
     }

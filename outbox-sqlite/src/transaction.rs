@@ -1,6 +1,8 @@
 //! [`transaction`]: business writes and enqueues in one `BEGIN IMMEDIATE`
 //! transaction, sent after commit.
 
+use std::future::Future;
+
 use diesel_outbox_core::{Tx, TxBody, Worker};
 
 use crate::{AsyncSqliteConnection, SqliteStore};
@@ -11,6 +13,10 @@ use crate::{AsyncSqliteConnection, SqliteStore};
 ///
 /// If the body fails or the commit fails, everything rolls back and nothing
 /// is sent. A send that fails after commit is retried by the next round.
+///
+/// The future is `Send` and borrows only `worker`, `conn` and what `body`
+/// captures, so it runs inside `tokio::spawn`, and so inside an axum or tonic
+/// handler.
 ///
 /// Why `IMMEDIATE`: SQLite has one writer at a time. A plain (deferred)
 /// transaction starts as a reader and becomes a writer at its first write;
@@ -37,27 +43,34 @@ use crate::{AsyncSqliteConnection, SqliteStore};
 /// # Ok(())
 /// # }
 /// ```
-pub async fn transaction<R, E, F>(
-    worker: &Worker<SqliteStore>,
-    conn: &mut AsyncSqliteConnection,
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would leave its future's Send to inference at each caller (rust-lang/rust#100013)"
+)]
+pub fn transaction<'a, R, E, F>(
+    worker: &'a Worker<SqliteStore>,
+    conn: &'a mut AsyncSqliteConnection,
     body: F,
-) -> Result<R, E>
+) -> impl Future<Output = Result<R, E>> + Send + 'a
 where
     for<'r> F: AsyncFnOnce(Tx<'r, SqliteStore>) -> Result<R, E>
         + TxBody<Tx<'r, SqliteStore>, Result<R, E>, Fut: Send>
-        + Send,
-    E: From<diesel::result::Error> + Send,
-    R: Send,
+        + Send
+        + 'a,
+    E: From<diesel::result::Error> + Send + 'a,
+    R: Send + 'a,
 {
-    let mut enqueued = Vec::new();
-    let store = worker.store();
-    let value = conn
-        .immediate_transaction::<R, E, _>(async |conn| {
-            body(Tx::new(conn, store, &mut enqueued)).await
-        })
-        .await?;
-    for id in enqueued {
-        worker.send_async(id);
+    async move {
+        let mut enqueued = Vec::new();
+        let store = worker.store();
+        let value = conn
+            .immediate_transaction::<R, E, _>(async |conn| {
+                body(Tx::new(conn, store, &mut enqueued)).await
+            })
+            .await?;
+        for id in enqueued {
+            worker.send_async(id);
+        }
+        Ok(value)
     }
-    Ok(value)
 }

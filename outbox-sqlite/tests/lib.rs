@@ -15,5 +15,6 @@ mod conformance {
 }
 mod migration_lock;
 mod processes;
+mod spawned_transaction;
 mod time_zone;
 mod write_lock;

@@ -36,6 +36,7 @@ use diesel_outbox_postgres::outbox::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::UnboundedSender;
 
+pub mod http;
 pub mod mysql;
 pub mod postgres;
 pub mod schema;
@@ -52,7 +53,7 @@ pub const ORDER_CREATED_VERSION: i32 = 1;
 pub struct OrderId(pub i64);
 
 /// An order as the service stores it.
-#[derive(Debug, Clone, PartialEq, Eq, diesel::Insertable)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, diesel::Insertable)]
 #[diesel(table_name = schema::orders)]
 pub struct Order {
     /// The order's id (see [`OrderId`]).

@@ -2,5 +2,6 @@
 //! per test from `diesel-outbox-testkit`, recording handlers, no sleeps.
 
 mod guide;
+mod http;
 mod mysql;
 mod postgres;

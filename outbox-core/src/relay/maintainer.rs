@@ -11,7 +11,7 @@ use tokio::{sync::Notify, time::Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::{RelayConfig, later};
-use crate::{Maintenance, telemetry};
+use crate::{Maintenance, Worker, telemetry};
 
 /// What the maintenance task did, merged into the relay's report at the end.
 #[derive(Debug, Default, Clone, Copy)]
@@ -28,23 +28,24 @@ pub(super) struct Maintained {
 /// poll interval, or until `rescheduled` says the next due time may have
 /// moved.
 pub(super) async fn run<S: Maintenance>(
-    store: S,
+    worker: Worker<S>,
     config: RelayConfig,
     available: Arc<Notify>,
     rescheduled: Arc<Notify>,
     stop: CancellationToken,
 ) -> Maintained {
+    let store = worker.store();
     let mut done = Maintained::default();
     // Rows per statement; the setting is bounded by MAX_BATCH_SIZE.
     let step = u32::try_from(config.purge_batch).unwrap_or(u32::MAX);
     let mut next_purge = Instant::now();
     while !stop.is_cancelled() {
-        let moved = advance(&store, step, &mut done).await;
+        let moved = advance(&worker, step, &mut done).await;
         if moved > 0 {
             available.notify_one();
         }
         if Instant::now() >= next_purge {
-            purge_and_count(&store, &config, &mut done).await;
+            purge_and_count(store, &config, &mut done).await;
             next_purge = later(Instant::now(), config.purge_interval);
         }
         let sleep = match store.next_due().await {
@@ -70,18 +71,16 @@ pub(super) async fn run<S: Maintenance>(
 
 /// One promotion and rescue step, a statement of at most `step` rows at a
 /// time, until a statement comes back short; returns the tasks made
-/// available (or failed, for rescues out of attempts).
-async fn advance<S: Maintenance>(store: &S, step: u32, done: &mut Maintained) -> u64 {
+/// available (or failed, for rescues out of attempts, whose failure hook
+/// the worker runs).
+async fn advance<S: Maintenance>(worker: &Worker<S>, step: u32, done: &mut Maintained) -> u64 {
+    let store = worker.store();
     let promoted = counted(
         drain(step, || store.promote(step)).await,
         "promote due tasks",
         done,
     );
-    let rescued = counted(
-        drain(step, || store.rescue(step)).await,
-        "rescue lapsed leases",
-        done,
-    );
+    let rescued = counted(worker.rescue(step).await, "rescue lapsed leases", done);
     done.promoted += promoted;
     done.rescued += rescued;
     telemetry::moved(promoted, rescued);

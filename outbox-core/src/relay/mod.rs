@@ -126,7 +126,7 @@ impl<S: Maintenance> Relay<S> {
         let stop_maintaining = CancellationToken::new();
         // Aborted if this future is dropped instead of shut down.
         let maintaining = AbortOnDropHandle::new(tokio::spawn(maintainer::run(
-            self.worker.store().clone(),
+            self.worker.clone(),
             config.clone(),
             available.clone(),
             rescheduled.clone(),
@@ -235,7 +235,11 @@ impl<S: Maintenance> Relay<S> {
             match tokio::time::timeout(config.shutdown_timeout, claim.task).await {
                 Ok(Ok(Ok((records, _)))) => {
                     for record in records {
-                        if record.status != Status::Failed {
+                        if record.status == Status::Failed {
+                            report.expired += 1;
+                            telemetry::expired(1);
+                            self.worker.report_failed(record);
+                        } else {
                             let fence = self.worker.fence(&record);
                             writer.push(
                                 transition::release(fence),
@@ -324,6 +328,7 @@ impl<S: Maintenance> Relay<S> {
         for record in records {
             if record.status == Status::Failed {
                 expired += 1;
+                self.worker.report_failed(record);
             } else {
                 started += 1;
                 inflight.start(record, claim.at, span.clone(), writer);

@@ -7,8 +7,8 @@ use std::time::Duration;
 use chrono::{TimeDelta, Utc};
 use diesel_async::AsyncConnection;
 use diesel_outbox_core::{
-    BatchRequest, ClaimOutcome, Error, LeaseRequest, Maintenance, Registry, Status, Store, Task,
-    TaskId, Worker,
+    BatchRequest, ClaimOutcome, Error, LeaseRequest, Maintenance, Registry, Rescued, Status, Store,
+    Task, TaskId, Worker,
     transition::{self, Fence, Outcome},
 };
 
@@ -173,7 +173,7 @@ pub async fn a_task_never_runs_while_its_keys_head_runs<B: TestBackend>(
         ClaimOutcome::Blocked
     );
     assert_eq!(
-        (store.promote(100).await?, store.rescue(100).await?),
+        (store.promote(100).await?, store.rescue(100).await?.moved),
         (0, 0)
     );
     assert!(store.claim_due(&batch).await?.is_empty());
@@ -216,7 +216,8 @@ pub async fn lapsed_leases_are_rescued<B: TestBackend>(db: &B) -> anyhow::Result
             .claim(ids[3], &lease("alive", Duration::from_secs(30)))
             .await?,
     )?;
-    assert_eq!(store.rescue(100).await?, 2);
+    let rescued = store.rescue(100).await?;
+    assert_eq!((rescued.moved, rescued.failed), (2, vec![ids[2]]));
     let head = get(db, ids[0]).await?;
     assert_eq!(
         (head.status, head.attempts, head.lease.is_none()),
@@ -233,7 +234,7 @@ pub async fn lapsed_leases_are_rescued<B: TestBackend>(db: &B) -> anyhow::Result
         exhausted.last_error
     );
     assert_eq!(get(db, ids[3]).await?.status, Status::Running);
-    assert_eq!(store.rescue(100).await?, 0);
+    assert_eq!(store.rescue(100).await?, Rescued::default());
     Ok(())
 }
 

@@ -19,6 +19,7 @@ mod completion_batches;
 pub mod crash;
 mod delivery;
 mod enqueue;
+mod failure_hook;
 mod inbox;
 mod input;
 mod key_heads;
@@ -42,6 +43,7 @@ pub use byte_exact_keys::*;
 pub use completion_batches::*;
 pub use delivery::*;
 pub use enqueue::*;
+pub use failure_hook::*;
 pub use inbox::*;
 pub use input::*;
 pub use key_heads::*;
@@ -156,6 +158,8 @@ macro_rules! conformance_tests {
             inbox_outside_a_transaction_or_with_bad_keys_is_refused,
             inbox_concurrent_deliveries_apply_once,
             inbox_purge_deletes_old_records_in_batches,
+            failure_hook_runs_once_for_each_task_failed_for_good,
+            failure_hook_runs_once_under_a_relay_and_its_panics_stop_nothing,
         );
         $crate::conformance_tests!(@each $backend, (flavor = "current_thread");
             migrations_are_idempotent_and_reversible,
@@ -164,6 +168,28 @@ macro_rules! conformance_tests {
             printed_migration_sql_makes_a_working_table,
             copied_migrations_count_as_applied,
         );
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn transaction_runs_inside_a_spawned_task() {
+            let db = <$backend as $crate::TestBackend>::create("transaction_runs_inside_a_spawned_task")
+                .await
+                .unwrap_or_else(|error| panic!("{error:#}"));
+            // `tokio::spawn` at this backend's own types: the check a
+            // handler in a web framework meets.
+            let scenario = $crate::conformance::transaction_runs_inside_a_spawned_task(
+                &db,
+                |worker, conn| {
+                    ::tokio::spawn($crate::conformance::place_order_in_a_task::<$backend>(
+                        worker, conn,
+                    ))
+                },
+            );
+            match ::tokio::time::timeout(::std::time::Duration::from_secs(120), scenario).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => panic!("{error:#}"),
+                Err(_) => panic!("the scenario did not finish within 120 s"),
+            }
+        }
 
         /// The child process of `killed_relay_loses_nothing`: does nothing
         /// unless that test started it.

@@ -2,8 +2,9 @@
 //! and tasks are sent only after the commit.
 
 use diesel_async::SimpleAsyncConnection;
-use diesel_outbox_core::{Status, Store, Task};
+use diesel_outbox_core::{Status, Store, Task, TaskId, Worker};
 use diesel_outbox_sql::transaction;
+use tokio::task::JoinHandle;
 
 use super::support::{KIND, config, registry, worker};
 use crate::{TestBackend, handler};
@@ -57,5 +58,41 @@ pub async fn transaction_failure_writes_and_sends_nothing<B: TestBackend>(
     // Nothing was handed to the worker, and a round finds nothing either.
     assert_eq!(worker.retry_pending(10).await?.claimed, 0);
     assert_eq!(handle.calls(), 0);
+    Ok(())
+}
+
+/// Inserts order 5 and enqueues its task through the helper, on a worker and
+/// a connection of its own: a future `tokio::spawn` accepts, as a web
+/// framework's handler must be.
+pub async fn place_order_in_a_task<B: TestBackend>(
+    worker: Worker<B::Store>,
+    mut conn: B::Conn,
+) -> anyhow::Result<TaskId> {
+    transaction(&worker, &mut conn, async |mut tx| {
+        tx.conn()
+            .batch_execute("INSERT INTO orders (id) VALUES (5)")
+            .await?;
+        let id = tx.enqueue(Task::new(KIND, 1, "{\"order\":5}")).await?;
+        anyhow::Ok(id)
+    })
+    .await
+}
+
+/// The helper runs inside a spawned task: `spawn` hands
+/// [`place_order_in_a_task`] to `tokio::spawn`. `conformance_tests!` writes
+/// that call at the backend's own types, where the compiler checks that the
+/// future is `Send` (a generic caller would not show the problem).
+pub async fn transaction_runs_inside_a_spawned_task<B, F>(db: &B, spawn: F) -> anyhow::Result<()>
+where
+    B: TestBackend,
+    F: FnOnce(Worker<B::Store>, B::Conn) -> JoinHandle<anyhow::Result<TaskId>>,
+{
+    db.execute_sql(ORDERS).await?;
+    let (mock, handle) = handler::recording();
+    let worker = worker(db, registry(mock)?, config("w"))?;
+    let id = spawn(worker.clone(), db.connect().await?).await??;
+    assert_eq!(db.count("orders").await?, 1);
+    worker.wait_idle().await;
+    assert_eq!(handle.succeeded_ids(), [id]);
     Ok(())
 }

@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use diesel_outbox_core::{
-    BatchRequest, ClaimOutcome, LeaseRequest, Maintenance, Record, Result, Stats, Store, Task,
-    TaskId, Wakeups, transition::Completion,
+    BatchRequest, ClaimOutcome, LeaseRequest, Maintenance, Record, Rescued, Result, Stats, Store,
+    Task, TaskId, Wakeups, transition::Completion,
 };
 
 use super::records::Recorder;
@@ -86,7 +86,7 @@ impl<S: Store> Store for Probe<S> {
         self.inner.promote(limit).await
     }
 
-    async fn rescue(&self, limit: u32) -> Result<u64> {
+    async fn rescue(&self, limit: u32) -> Result<Rescued> {
         self.inner.rescue(limit).await
     }
 }
