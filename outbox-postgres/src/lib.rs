@@ -51,6 +51,7 @@ mod complete;
 mod discard;
 mod enqueue;
 mod keys;
+mod listing;
 mod maintenance;
 mod migrate;
 mod migration_lock;

@@ -92,6 +92,7 @@ pub mod connection;
 mod discard;
 mod enqueue;
 mod keys;
+mod listing;
 mod maintenance;
 mod migrate;
 mod migration_lock;
