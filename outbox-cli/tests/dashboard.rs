@@ -146,6 +146,37 @@ async fn a_post_without_the_pages_token_is_refused() {
     assert_eq!(db.store().get(id).await.unwrap().status, Status::Available);
 }
 
+/// A task's page shows every field, its headers, its last error and its
+/// payload pretty-printed, with the page's buttons; an unknown id is 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_page_shows_it_whole() {
+    let db = PgTestDb::create("cli_dashboard_detail").await.unwrap();
+    let task = Task::new(KIND, 1, r#"{"order":42,"lines":[1,2]}"#)
+        .ordering_key("customer-<7>")
+        .header("traceparent", "00-abc-01");
+    let id = seed(&db, vec![task], 1).await.unwrap()[0];
+    let (_server, base) = serve(db.url());
+
+    let (status, page) = http(&base, "GET", &format!("/tasks/{id}"), &[], "");
+    assert_eq!(status, 200, "{page}");
+    for expected in [
+        "<th>status</th><td>failed</td>",
+        "<th>attempts</th><td>1</td>",
+        "<th>ordering key</th><td>customer-&lt;7&gt;</td>",
+        "<th>traceparent</th><td>00-abc-01</td>",
+        INJECTED,
+        "Payload (json)",
+        "  &quot;lines&quot;: [",
+        &format!("id=\"task-requeue-{id}\""),
+        &format!("id=\"task-discard-{id}\""),
+        "content-security-policy: default-src 'none'",
+    ] {
+        assert!(page.contains(expected), "{expected:?} in {page}");
+    }
+    let (status, _) = http(&base, "GET", "/tasks/987654321", &[], "");
+    assert_eq!(status, 404);
+}
+
 /// Where screenshots go: the workspace's target directory.
 fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
