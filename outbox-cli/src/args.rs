@@ -138,9 +138,9 @@ pub(crate) struct ChangeArgs {
     /// Which tasks, for a bulk change.
     #[command(flatten)]
     pub(crate) filter: FilterArgs,
-    /// Tasks per batch in a bulk change: per statement for `requeue`, ids
-    /// read at a time for `discard` (which discards each in its own
-    /// transaction).
+    /// Tasks per batch in a bulk change: one statement each for `requeue`,
+    /// one transaction each for `discard` on PostgreSQL (one per task on
+    /// MySQL/MariaDB and SQLite).
     #[arg(long, default_value_t = 500)]
     pub(crate) batch: usize,
     /// Skip the confirmation a bulk change asks for.

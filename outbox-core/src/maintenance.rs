@@ -124,6 +124,24 @@ pub trait Maintenance: Store {
     /// [`requeue_matching`](Maintenance::requeue_matching).
     fn requeue_failed_many(&self, ids: &[TaskId]) -> impl Future<Output = Result<u64>> + Send;
 
+    /// Discards those of `ids` that may be discarded, as
+    /// [`discard_task`](Maintenance::discard_task) does each, ordering keys
+    /// moving on alike; returns how many were discarded. The building block
+    /// of [`discard_matching`](Maintenance::discard_matching): by default one
+    /// `discard_task` after the other; a backend may do a batch in one
+    /// transaction.
+    fn discard_many(&self, ids: &[TaskId]) -> impl Future<Output = Result<u64>> + Send {
+        async move {
+            let mut discarded = 0;
+            for id in ids {
+                if self.discard_task(*id).await? {
+                    discarded += 1;
+                }
+            }
+            Ok(discarded)
+        }
+    }
+
     /// One page of the tasks `filter` matches, with their payloads, ordered
     /// by id as `page` asks (newest first unless told otherwise); see
     /// [`PageRequest`] for how pages follow each other.
@@ -181,9 +199,11 @@ pub trait Maintenance: Store {
     /// (available, waiting, blocked or failed), each as
     /// [`discard`](Maintenance::discard) does it, so ordering keys move on
     /// as they would one by one; the ids are read `batch` at a time, lowest
-    /// first. Returns how many were discarded; tasks that are running or
-    /// finished are left alone and not counted. A filter whose status may
-    /// not be discarded is refused, naming `status`, as is a `batch` of zero.
+    /// first, and each batch goes to
+    /// [`discard_many`](Maintenance::discard_many). Returns how many were
+    /// discarded; tasks that are running or finished are left alone and not
+    /// counted. A filter whose status may not be discarded is refused,
+    /// naming `status`, as is a `batch` of zero.
     fn discard_matching(
         &self,
         filter: &TaskFilter,
@@ -205,11 +225,7 @@ pub trait Maintenance: Store {
                 let Some(last) = ids.last().copied() else {
                     return Ok(discarded);
                 };
-                for id in &ids {
-                    if self.discard_task(*id).await? {
-                        discarded += 1;
-                    }
-                }
+                discarded += self.discard_many(&ids).await?;
                 if ids.len() < batch {
                     return Ok(discarded);
                 }

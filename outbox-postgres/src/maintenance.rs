@@ -138,6 +138,10 @@ impl Maintenance for PgStore {
         Ok(changed == 1)
     }
 
+    async fn discard_many(&self, ids: &[TaskId]) -> Result<u64> {
+        discard::many(&mut *self.conn().await?, ids).await
+    }
+
     async fn requeue_failed_many(&self, ids: &[TaskId]) -> Result<u64> {
         listing::requeue(&mut *self.conn().await?, ids).await
     }

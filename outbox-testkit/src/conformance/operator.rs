@@ -274,5 +274,28 @@ pub async fn bulk_discard_lets_ordering_keys_move_on<B: TestBackend>(db: &B) -> 
         0,
         "the key is closed"
     );
+
+    // Blocked tasks discarded behind a failed head, in batches: the head
+    // keeps its key, and the key counts only the head from then on.
+    let behind =
+        enqueue_committed(db, (10..14).map(|n| task(n).ordering_key("m")).collect()).await?;
+    fail(db, &behind[..1]).await?;
+    let blocked = TaskFilter::new().status(Status::Blocked).ordering_key("m");
+    assert_eq!(store.discard_matching(&blocked, 2).await?, 3);
+    assert_eq!(get(db, behind[0]).await?.status, Status::Failed);
+    for &id in &behind[1..] {
+        assert_eq!(get(db, id).await?.status, Status::Discarded);
+    }
+    assert_eq!(db.count("outbox_ordering_keys").await?, 1);
+    store.requeue(behind[0]).await?;
+    let (mock, _) = handler::recording();
+    worker(db, registry(mock)?, config("sender"))?
+        .send(behind[0])
+        .await?;
+    assert_eq!(
+        db.count("outbox_ordering_keys").await?,
+        0,
+        "the head was the key's last open task"
+    );
     Ok(())
 }

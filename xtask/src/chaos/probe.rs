@@ -108,6 +108,10 @@ impl<S: Maintenance> Maintenance for Probe<S> {
         self.inner.purge_batch(older_than, limit).await
     }
 
+    async fn discard_many(&self, ids: &[TaskId]) -> Result<u64> {
+        self.inner.discard_many(ids).await
+    }
+
     async fn requeue_failed_many(&self, ids: &[TaskId]) -> Result<u64> {
         self.inner.requeue_failed_many(ids).await
     }
