@@ -139,8 +139,7 @@ pub(crate) struct ChangeArgs {
     #[command(flatten)]
     pub(crate) filter: FilterArgs,
     /// Tasks per batch in a bulk change: one statement each for `requeue`,
-    /// one transaction each for `discard` on PostgreSQL (one per task on
-    /// MySQL/MariaDB and SQLite).
+    /// one transaction each for `discard` (one per task on SQLite).
     #[arg(long, default_value_t = 500)]
     pub(crate) batch: usize,
     /// Skip the confirmation a bulk change asks for.

@@ -137,6 +137,10 @@ impl Maintenance for MysqlStore {
         Ok(changed == 1)
     }
 
+    async fn discard_many(&self, ids: &[TaskId]) -> Result<u64> {
+        discard::many(&mut *self.conn().await?, ids, self.isolation()).await
+    }
+
     async fn requeue_failed_many(&self, ids: &[TaskId]) -> Result<u64> {
         listing::requeue(&mut *self.conn().await?, ids).await
     }
