@@ -1,11 +1,11 @@
-//! Operations beside sending: [`Maintenance`] (stats, requeue, discard,
-//! purge, wake-ups).
+//! Operations beside sending: [`Maintenance`] (stats, listing, requeue,
+//! discard, one task or in bulk, purge, wake-ups).
 
 use std::{future::Future, pin::Pin, time::Duration};
 
 use futures_util::Stream;
 
-use crate::{Error, Result, Status, Store, TaskId};
+use crate::{Error, Page, PageRequest, Result, Status, Store, TaskFilter, TaskId, transition};
 
 /// Counts per status and how far behind the outbox is.
 ///
@@ -75,6 +75,27 @@ impl Stats {
     }
 }
 
+/// `filter` for a bulk requeue: the failed tasks it matches; refused,
+/// naming `status`, when it asks for another status.
+fn requeue_filter(filter: &TaskFilter) -> Result<TaskFilter> {
+    match filter.status {
+        None => Ok(filter.clone().status(Status::Failed)),
+        Some(status) if transition::requeueable(status) => Ok(filter.clone()),
+        Some(status) => Err(Error::invalid(
+            "status",
+            format!("only failed tasks can be requeued, not {status} ones"),
+        )),
+    }
+}
+
+/// `batch` as a statement's row limit: between 1 and `u32::MAX`.
+fn batch_limit(batch: usize) -> Result<u32> {
+    u32::try_from(batch)
+        .ok()
+        .filter(|limit| *limit > 0)
+        .ok_or_else(|| Error::invalid("batch", "must be between 1 and 4294967295"))
+}
+
 /// Signals that new tasks may be due (PostgreSQL `NOTIFY`); the stream ends
 /// when its connection is lost.
 pub type Wakeups = Pin<Box<dyn Stream<Item = ()> + Send>>;
@@ -96,6 +117,122 @@ pub trait Maintenance: Store {
     /// ordering key move on in the same transaction; `false` when it is not
     /// (or absent). The building block of [`discard`](Maintenance::discard).
     fn discard_task(&self, id: TaskId) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Requeues those of `ids` that are failed, in one statement, exactly as
+    /// [`requeue_failed`](Maintenance::requeue_failed) does each; returns how
+    /// many changed. The building block of
+    /// [`requeue_matching`](Maintenance::requeue_matching).
+    fn requeue_failed_many(&self, ids: &[TaskId]) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Discards those of `ids` that may be discarded, as
+    /// [`discard_task`](Maintenance::discard_task) does each, ordering keys
+    /// moving on alike; returns how many were discarded. The building block
+    /// of [`discard_matching`](Maintenance::discard_matching): by default one
+    /// `discard_task` after the other; a backend may do a batch in one
+    /// transaction.
+    fn discard_many(&self, ids: &[TaskId]) -> impl Future<Output = Result<u64>> + Send {
+        async move {
+            let mut discarded = 0;
+            for id in ids {
+                if self.discard_task(*id).await? {
+                    discarded += 1;
+                }
+            }
+            Ok(discarded)
+        }
+    }
+
+    /// One page of the tasks `filter` matches, with their payloads, ordered
+    /// by id as `page` asks (newest first unless told otherwise); see
+    /// [`PageRequest`] for how pages follow each other.
+    fn list(
+        &self,
+        filter: &TaskFilter,
+        page: &PageRequest,
+    ) -> impl Future<Output = Result<Page>> + Send;
+
+    /// The ids of up to `limit` tasks `filter` matches, above `after` (all
+    /// when `None`), lowest first: the batches of
+    /// [`requeue_matching`](Maintenance::requeue_matching) and
+    /// [`discard_matching`](Maintenance::discard_matching).
+    fn matching_ids(
+        &self,
+        filter: &TaskFilter,
+        after: Option<TaskId>,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<TaskId>>> + Send;
+
+    /// Requeues every failed task `filter` matches, as
+    /// [`requeue`](Maintenance::requeue) does one, in batches of at most
+    /// `batch` tasks (one statement each, so no statement holds locks on
+    /// more rows); returns how many were requeued. A filter without a
+    /// status means the failed tasks; one with a status other than failed
+    /// is refused, naming `status`, as is a `batch` of zero.
+    ///
+    /// Tasks are taken lowest id first, each batch after the last id of the
+    /// one before, so the walk ends even if requeued tasks fail again
+    /// meanwhile; a task that fails after the walk passed it stays failed.
+    fn requeue_matching(
+        &self,
+        filter: &TaskFilter,
+        batch: usize,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        async move {
+            let filter = requeue_filter(filter)?;
+            let limit = batch_limit(batch)?;
+            let (mut after, mut requeued) = (None, 0);
+            loop {
+                let ids = self.matching_ids(&filter, after, limit).await?;
+                let Some(last) = ids.last().copied() else {
+                    return Ok(requeued);
+                };
+                requeued += self.requeue_failed_many(&ids).await?;
+                if ids.len() < batch {
+                    return Ok(requeued);
+                }
+                after = Some(last);
+            }
+        }
+    }
+
+    /// Discards every task `filter` matches that may be discarded
+    /// (available, waiting, blocked or failed), each as
+    /// [`discard`](Maintenance::discard) does it, so ordering keys move on
+    /// as they would one by one; the ids are read `batch` at a time, lowest
+    /// first, and each batch goes to
+    /// [`discard_many`](Maintenance::discard_many). Returns how many were
+    /// discarded; tasks that are running or finished are left alone and not
+    /// counted. A filter whose status may not be discarded is refused,
+    /// naming `status`, as is a `batch` of zero.
+    fn discard_matching(
+        &self,
+        filter: &TaskFilter,
+        batch: usize,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        async move {
+            let limit = batch_limit(batch)?;
+            if let Some(status) = filter.status
+                && !transition::discardable(status)
+            {
+                return Err(Error::invalid(
+                    "status",
+                    format!("a {status} task cannot be discarded"),
+                ));
+            }
+            let (mut after, mut discarded) = (None, 0);
+            loop {
+                let ids = self.matching_ids(filter, after, limit).await?;
+                let Some(last) = ids.last().copied() else {
+                    return Ok(discarded);
+                };
+                discarded += self.discard_many(&ids).await?;
+                if ids.len() < batch {
+                    return Ok(discarded);
+                }
+                after = Some(last);
+            }
+        }
+    }
 
     /// Deletes up to `limit` tasks finished more than `older_than` ago, in one
     /// statement; returns how many. The building block of
@@ -156,10 +293,7 @@ pub trait Maintenance: Store {
                     format!("{older_than:?} exceeds the 100-year bound of limits::MAX_DURATION"),
                 ));
             }
-            let limit = u32::try_from(batch)
-                .ok()
-                .filter(|limit| *limit > 0)
-                .ok_or_else(|| Error::invalid("batch", "must be between 1 and 4294967295"))?;
+            let limit = batch_limit(batch)?;
             let mut purged = 0;
             loop {
                 let deleted = self.purge_batch(older_than, limit).await?;

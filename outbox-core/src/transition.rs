@@ -391,12 +391,27 @@ pub fn unblock(state: &TaskState, now: DateTime<Utc>) -> Option<TaskState> {
     })
 }
 
+/// Whether [`requeue`] takes a task in `status`: only a failed one.
+pub const fn requeueable(status: Status) -> bool {
+    matches!(status, Status::Failed)
+}
+
+/// Whether [`discard`] takes a task in `status`: available, waiting, blocked
+/// or failed; never a running one, whose handler may be under way, nor one
+/// that succeeded or was discarded already.
+pub const fn discardable(status: Status) -> bool {
+    matches!(
+        status,
+        Status::Available | Status::Waiting | Status::Blocked | Status::Failed
+    )
+}
+
 /// Gives a failed task another chance: available at once, its deadline
 /// cleared (an expired task would otherwise expire again), attempts and last
 /// error kept. It keeps its place at the head of its ordering key. `None`
 /// unless the task is failed.
 pub fn requeue(state: &TaskState, now: DateTime<Utc>) -> Option<TaskState> {
-    (state.status == Status::Failed).then(|| TaskState {
+    requeueable(state.status).then(|| TaskState {
         status: Status::Available,
         next_attempt_at: now,
         expires_at: None,
@@ -411,11 +426,7 @@ pub fn requeue(state: &TaskState, now: DateTime<Utc>) -> Option<TaskState> {
 /// running task, whose handler may be under way, and for finished ones but
 /// failed.
 pub fn discard(state: &TaskState, now: DateTime<Utc>) -> Option<TaskState> {
-    let discardable = matches!(
-        state.status,
-        Status::Available | Status::Waiting | Status::Blocked | Status::Failed
-    );
-    discardable.then(|| TaskState {
+    discardable(state.status).then(|| TaskState {
         status: Status::Discarded,
         lease: None,
         finished_at: Some(now),

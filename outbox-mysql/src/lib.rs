@@ -68,6 +68,7 @@ mod inbox;
 mod inbox_migrate;
 mod json_rows;
 mod keys;
+mod listing;
 mod maintenance;
 mod migrate;
 mod migration_lock;

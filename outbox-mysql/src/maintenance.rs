@@ -1,5 +1,5 @@
-//! [`Maintenance`] on MySQL/MariaDB: stats, requeue, discard, purge, next
-//! due time. There is no `NOTIFY`: relays poll, and their maintenance task
+//! [`Maintenance`] on MySQL/MariaDB: stats, requeue, discard, listings,
+//! purge, next due time. There is no `NOTIFY`: relays poll, and their maintenance task
 //! wakes them when it makes tasks available.
 
 use std::time::Duration;
@@ -9,10 +9,12 @@ use diesel::{
     sql_types::{BigInt, Nullable, Text},
 };
 use diesel_async::RunQueryDsl;
-use diesel_outbox_core::{Maintenance, Result, Stats, Status, TaskId};
+use diesel_outbox_core::{
+    Maintenance, Page, PageRequest, Result, Stats, Status, TaskFilter, TaskId,
+};
 use diesel_outbox_sql::{cached, micros, mysql_error};
 
-use crate::{MysqlStore, discard};
+use crate::{MysqlStore, discard, listing};
 
 #[derive(QueryableByName)]
 struct Count {
@@ -133,6 +135,27 @@ impl Maintenance for MysqlStore {
             .await
             .map_err(mysql_error)?;
         Ok(changed == 1)
+    }
+
+    async fn discard_many(&self, ids: &[TaskId]) -> Result<u64> {
+        discard::many(&mut *self.conn().await?, ids, self.isolation()).await
+    }
+
+    async fn requeue_failed_many(&self, ids: &[TaskId]) -> Result<u64> {
+        listing::requeue(&mut *self.conn().await?, ids).await
+    }
+
+    async fn list(&self, filter: &TaskFilter, page: &PageRequest) -> Result<Page> {
+        listing::page(&mut *self.conn().await?, filter, page).await
+    }
+
+    async fn matching_ids(
+        &self,
+        filter: &TaskFilter,
+        after: Option<TaskId>,
+        limit: u32,
+    ) -> Result<Vec<TaskId>> {
+        listing::ids(&mut *self.conn().await?, filter, after, limit).await
     }
 
     async fn purge_batch(&self, older_than: Duration, limit: u32) -> Result<u64> {

@@ -2,9 +2,11 @@
 //!
 //! [`transition::discard`]: diesel_outbox_core::transition::discard
 
+use std::collections::HashSet;
+
 use diesel::{
     OptionalExtension, QueryableByName,
-    sql_types::{BigInt, Nullable, Text},
+    sql_types::{Array, BigInt, Nullable, Text},
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use diesel_outbox_core::{Result, TaskId};
@@ -80,6 +82,85 @@ pub(crate) async fn one(conn: &mut AsyncPgConnection, id: TaskId) -> Result<bool
             keys::close(conn, &keys::tally([key.as_str()]), &|_| was_head).await?;
         }
         Ok(true)
+    })
+    .await
+}
+
+#[derive(QueryableByName)]
+struct Discarded {
+    #[diesel(sql_type = Text)]
+    status: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    ordering_key: Option<String>,
+}
+
+/// The keys of a batch, to lock before its rows.
+const KEYS_OF: &str = "\
+SELECT DISTINCT ordering_key FROM outbox_tasks
+WHERE id = ANY($1) AND ordering_key IS NOT NULL
+ORDER BY ordering_key";
+
+const LOCK_KEYS: &str = "\
+SELECT ordering_key FROM outbox_ordering_keys WHERE ordering_key = ANY($1)
+ORDER BY ordering_key FOR UPDATE";
+
+/// [`DISCARD`] for a batch of ids.
+const DISCARD_MANY: &str = "\
+WITH target AS (
+    SELECT id, status, ordering_key FROM outbox_tasks
+    WHERE id = ANY($1) AND status IN ('available', 'waiting', 'blocked', 'failed')
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox_tasks t SET status = 'discarded', finished_at = now(), updated_at = now(),
+    lease_owner = NULL, lease_expires_at = NULL
+FROM target WHERE t.id = target.id
+RETURNING target.status, target.ordering_key";
+
+/// Discards those of `ids` that may be, in one transaction that takes
+/// their keys first, in key order, as [`one`] takes its one key; returns
+/// how many. Each key loses its discarded tasks, and moves on if one of
+/// them was its head.
+pub(crate) async fn many(conn: &mut AsyncPgConnection, ids: &[TaskId]) -> Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<i64> = ids.iter().map(|id| id.get()).collect();
+    // The keys never change, so they can be read before the transaction.
+    let keys: Vec<Key> = cached(KEYS_OF)
+        .bind::<Array<BigInt>, _>(&ids)
+        .load(conn)
+        .await
+        .map_err(postgres_error)?;
+    let keys: Vec<String> = keys
+        .into_iter()
+        .filter_map(|key| key.ordering_key)
+        .collect();
+    store_transaction(conn, async |conn| {
+        if !keys.is_empty() {
+            cached(LOCK_KEYS)
+                .bind::<Array<Text>, _>(&keys)
+                .execute(conn)
+                .await
+                .map_err(postgres_error)?;
+        }
+        let discarded: Vec<Discarded> = cached(DISCARD_MANY)
+            .bind::<Array<BigInt>, _>(&ids)
+            .load(conn)
+            .await
+            .map_err(postgres_error)?;
+        let keyed = || {
+            discarded
+                .iter()
+                .filter_map(|row| row.ordering_key.as_deref().map(|key| (key, row)))
+        };
+        let counts = keys::tally(keyed().map(|(key, _)| key));
+        // Only a key whose head was among them lets its next task go.
+        let heads: HashSet<&str> = keyed()
+            .filter(|(_, row)| row.status != "blocked")
+            .map(|(key, _)| key)
+            .collect();
+        keys::close(conn, &counts, &|key| heads.contains(key)).await?;
+        Ok(discarded.len() as u64)
     })
     .await
 }

@@ -1,5 +1,5 @@
-//! [`Maintenance`] on PostgreSQL: stats, requeue, discard, purge, next due
-//! time, wake-ups.
+//! [`Maintenance`] on PostgreSQL: stats, requeue, discard, listings, purge,
+//! next due time, wake-ups.
 
 use std::time::Duration;
 
@@ -8,12 +8,14 @@ use diesel::{
     sql_types::{BigInt, Nullable, Text},
 };
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
-use diesel_outbox_core::{Maintenance, Result, Stats, Status, TaskId, Wakeups};
+use diesel_outbox_core::{
+    Maintenance, Page, PageRequest, Result, Stats, Status, TaskFilter, TaskId, Wakeups,
+};
 use diesel_outbox_sql::{cached, micros, postgres_error};
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
-use crate::{PgStore, discard};
+use crate::{PgStore, discard, listing};
 
 /// The channel `enqueue` notifies on when the store opted in to `NOTIFY`.
 pub const CHANNEL: &str = "outbox_tasks";
@@ -134,6 +136,27 @@ impl Maintenance for PgStore {
             .await
             .map_err(postgres_error)?;
         Ok(changed == 1)
+    }
+
+    async fn discard_many(&self, ids: &[TaskId]) -> Result<u64> {
+        discard::many(&mut *self.conn().await?, ids).await
+    }
+
+    async fn requeue_failed_many(&self, ids: &[TaskId]) -> Result<u64> {
+        listing::requeue(&mut *self.conn().await?, ids).await
+    }
+
+    async fn list(&self, filter: &TaskFilter, page: &PageRequest) -> Result<Page> {
+        listing::page(&mut *self.conn().await?, filter, page).await
+    }
+
+    async fn matching_ids(
+        &self,
+        filter: &TaskFilter,
+        after: Option<TaskId>,
+        limit: u32,
+    ) -> Result<Vec<TaskId>> {
+        listing::ids(&mut *self.conn().await?, filter, after, limit).await
     }
 
     async fn purge_batch(&self, older_than: Duration, limit: u32) -> Result<u64> {

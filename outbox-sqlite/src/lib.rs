@@ -94,6 +94,7 @@ mod enqueue;
 mod inbox;
 mod inbox_migrate;
 mod keys;
+mod listing;
 mod maintenance;
 mod migrate;
 mod migration_lock;

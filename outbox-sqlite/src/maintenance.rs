@@ -1,4 +1,5 @@
-//! [`Maintenance`] on SQLite: stats, requeue, discard, purge, next due time.
+//! [`Maintenance`] on SQLite: stats, requeue, discard, listings, purge,
+//! next due time.
 //! There is no `NOTIFY`: relays poll, and their maintenance task wakes them
 //! when it makes tasks available.
 
@@ -11,11 +12,13 @@ use diesel::{
     sqlite::Sqlite,
 };
 use diesel_async::RunQueryDsl;
-use diesel_outbox_core::{Maintenance, Result, Stats, Status, TaskId};
+use diesel_outbox_core::{
+    Maintenance, Page, PageRequest, Result, Stats, Status, TaskFilter, TaskId,
+};
 use diesel_outbox_sql::{cached, sqlite_error};
 
 use crate::{
-    SqliteStore, discard,
+    SqliteStore, discard, listing,
     timestamp::{self, to_micros},
 };
 
@@ -117,6 +120,24 @@ impl Maintenance for SqliteStore {
             .await
             .map_err(sqlite_error)?;
         Ok(changed == 1)
+    }
+
+    async fn requeue_failed_many(&self, ids: &[TaskId]) -> Result<u64> {
+        let (_turn, mut conn) = self.writer().await?;
+        listing::requeue(&mut conn, ids).await
+    }
+
+    async fn list(&self, filter: &TaskFilter, page: &PageRequest) -> Result<Page> {
+        listing::page(&mut *self.conn().await?, filter, page).await
+    }
+
+    async fn matching_ids(
+        &self,
+        filter: &TaskFilter,
+        after: Option<TaskId>,
+        limit: u32,
+    ) -> Result<Vec<TaskId>> {
+        listing::ids(&mut *self.conn().await?, filter, after, limit).await
     }
 
     async fn purge_batch(&self, older_than: Duration, limit: u32) -> Result<u64> {

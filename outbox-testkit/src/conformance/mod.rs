@@ -25,6 +25,7 @@ mod input;
 mod key_heads;
 mod leases;
 mod migrations;
+mod operator;
 mod ordering;
 mod pipeline;
 pub mod relay;
@@ -49,6 +50,7 @@ pub use input::*;
 pub use key_heads::*;
 pub use leases::*;
 pub use migrations::*;
+pub use operator::*;
 pub use ordering::*;
 pub use pipeline::*;
 pub use relay::{
@@ -151,6 +153,9 @@ macro_rules! conformance_tests {
             discard_refuses_running_and_finished_tasks,
             purge_keeps_a_failed_head,
             stats_count_every_status,
+            listing_filters_combine_and_pages_cover_each_task_once,
+            bulk_requeue_takes_matching_failed_tasks_in_batches,
+            bulk_discard_lets_ordering_keys_move_on,
             relay_delivers_a_scheduled_task_when_due,
             relay_rescues_a_lapsed_lease,
             inbox_applies_a_message_once_per_consumer,

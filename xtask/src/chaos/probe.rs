@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use diesel_outbox_core::{
-    BatchRequest, ClaimOutcome, LeaseRequest, Maintenance, Record, Rescued, Result, Stats, Store,
-    Task, TaskId, Wakeups, transition::Completion,
+    BatchRequest, ClaimOutcome, LeaseRequest, Maintenance, Page, PageRequest, Record, Rescued,
+    Result, Stats, Store, Task, TaskFilter, TaskId, Wakeups, transition::Completion,
 };
 
 use super::records::Recorder;
@@ -106,6 +106,27 @@ impl<S: Maintenance> Maintenance for Probe<S> {
 
     async fn purge_batch(&self, older_than: Duration, limit: u32) -> Result<u64> {
         self.inner.purge_batch(older_than, limit).await
+    }
+
+    async fn discard_many(&self, ids: &[TaskId]) -> Result<u64> {
+        self.inner.discard_many(ids).await
+    }
+
+    async fn requeue_failed_many(&self, ids: &[TaskId]) -> Result<u64> {
+        self.inner.requeue_failed_many(ids).await
+    }
+
+    async fn list(&self, filter: &TaskFilter, page: &PageRequest) -> Result<Page> {
+        self.inner.list(filter, page).await
+    }
+
+    async fn matching_ids(
+        &self,
+        filter: &TaskFilter,
+        after: Option<TaskId>,
+        limit: u32,
+    ) -> Result<Vec<TaskId>> {
+        self.inner.matching_ids(filter, after, limit).await
     }
 
     async fn next_due(&self) -> Result<Option<Duration>> {

@@ -1,7 +1,8 @@
 //! Backends compile only when chosen: depending on `diesel-outbox-postgres` must not
 //! build `mysql_async` or SQLite (`libsqlite3-sys`), `diesel-outbox-mysql` must not
 //! build `tokio-postgres` or SQLite, and `diesel-outbox-sqlite` must build neither
-//! server driver.
+//! server driver. The `outbox` command built with one backend feature builds
+//! only that backend's driver.
 
 use std::process::Command;
 
@@ -25,8 +26,34 @@ const DRIVERS: [(&str, &str); 3] = [
     ("diesel-outbox-sqlite", "libsqlite3-sys"),
 ];
 
+/// The command's backend features, each with its own driver.
+const CLI_FEATURES: [(&str, &str); 3] = [
+    ("postgres", "tokio-postgres"),
+    ("mysql", "mysql_async"),
+    ("sqlite", "libsqlite3-sys"),
+];
+
 /// Fails when a backend pulls in another backend's driver.
 pub(crate) fn check() -> anyhow::Result<()> {
+    for (feature, driver) in CLI_FEATURES {
+        let tree = cargo_tree_with(
+            "diesel-outbox-cli",
+            &["--no-default-features", "--features", feature],
+        )?;
+        for (_, other) in CLI_FEATURES {
+            let listed = tree
+                .lines()
+                .any(|line| line.starts_with(&format!("{other} ")));
+            ensure!(
+                listed == (other == driver),
+                "diesel-outbox-cli with only `{feature}` {} {other}",
+                if listed { "builds" } else { "does not build" }
+            );
+        }
+        eprintln!(
+            "ok: diesel-outbox-cli with only `{feature}` builds {driver} and no other driver"
+        );
+    }
     for (package, driver) in DRIVERS {
         let tree = cargo_tree(package)?;
         ensure!(
@@ -56,8 +83,14 @@ pub(crate) fn check() -> anyhow::Result<()> {
 
 /// `cargo tree -p package -e normal --prefix none`: one crate per line.
 fn cargo_tree(package: &str) -> anyhow::Result<String> {
+    cargo_tree_with(package, &[])
+}
+
+/// [`cargo_tree`] with more arguments (features).
+fn cargo_tree_with(package: &str, extra: &[&str]) -> anyhow::Result<String> {
     let output = Command::new(super::cargo())
         .args(["tree", "-p", package, "-e", "normal", "--prefix", "none"])
+        .args(extra)
         .output()
         .context("running cargo tree")?;
     ensure!(

@@ -1,0 +1,201 @@
+//! The command line: global options, subcommands and their filters.
+
+use std::net::SocketAddr;
+
+use chrono::{DateTime, Utc};
+use clap::{Args, Parser, Subcommand};
+use diesel_outbox_core::{Status, TaskFilter, TaskId};
+
+use crate::duration::{parse_duration, parse_since};
+
+/// Inspect and repair a transactional outbox: see the backlog, find what
+/// failed and why, requeue or discard it, purge old rows, or serve a small
+/// dashboard.
+///
+/// Exit codes: 0 done; 1 error (database unreachable, query failed); 2
+/// usage error (bad option or value); 3 no such task; 4 the task is not in
+/// a status that allows the change; 5 a bulk change was not confirmed.
+#[derive(Debug, Parser)]
+#[command(name = "outbox", version)]
+pub(crate) struct Cli {
+    /// The database: `postgres://...`, `mysql://...` (MariaDB too) or
+    /// `sqlite://PATH`. The scheme picks the backend.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub(crate) database_url: Option<String>,
+    /// Machine-readable output: one JSON document on stdout (one per line
+    /// for `watch`). Errors still go to stderr as text.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Apply the outbox migrations (or revert them, or print their SQL).
+    Migrate(MigrateArgs),
+    /// Counts per status and how long the oldest due task has waited.
+    Stats,
+    /// Tasks by status, kind, ordering key and age, newest first.
+    List(ListArgs),
+    /// One task: every field, headers, last error and payload.
+    Show {
+        /// The task's id.
+        id: i64,
+    },
+    /// Make failed tasks available again: one by id, or every one a filter
+    /// matches.
+    Requeue(ChangeArgs),
+    /// Give tasks up without sending them: one by id, or every one a filter
+    /// matches (running and finished tasks are left alone).
+    Discard(ChangeArgs),
+    /// Delete succeeded, discarded and failed tasks finished long enough ago.
+    Purge(PurgeArgs),
+    /// Print the stats every second until interrupted.
+    Watch(WatchArgs),
+    /// Serve the dashboard (stats, failed tasks, requeue and discard).
+    Serve(ServeArgs),
+}
+
+/// `migrate`.
+#[derive(Debug, Args)]
+pub(crate) struct MigrateArgs {
+    /// Print the SQL instead of running it (only the URL's scheme is used).
+    #[arg(long)]
+    pub(crate) print: bool,
+    /// Revert the migrations: drops the outbox tables and every task in them.
+    #[arg(long)]
+    pub(crate) revert: bool,
+    /// Skip the confirmation `--revert` asks for.
+    #[arg(long, short = 'y')]
+    pub(crate) yes: bool,
+}
+
+/// The filters that choose tasks, combined with AND.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct FilterArgs {
+    /// Only tasks in this status: available, waiting, running, blocked,
+    /// succeeded, failed or discarded.
+    #[arg(long, value_parser = parse_status)]
+    pub(crate) status: Option<Status>,
+    /// Only tasks of this kind.
+    #[arg(long)]
+    pub(crate) kind: Option<String>,
+    /// Only tasks with this ordering key.
+    #[arg(long)]
+    pub(crate) key: Option<String>,
+    /// Only tasks created at or after this: an RFC 3339 time
+    /// (`2026-11-30T03:00:00Z`) or an age (`90s`, `15m`, `2h`, `7d`).
+    #[arg(long, value_parser = parse_since)]
+    pub(crate) since: Option<DateTime<Utc>>,
+}
+
+impl FilterArgs {
+    /// The core filter these options describe.
+    pub(crate) fn filter(&self) -> TaskFilter {
+        let mut filter = TaskFilter::new();
+        if let Some(status) = self.status {
+            filter = filter.status(status);
+        }
+        if let Some(kind) = &self.kind {
+            filter = filter.kind(kind.clone());
+        }
+        if let Some(key) = &self.key {
+            filter = filter.ordering_key(key.clone());
+        }
+        if let Some(since) = self.since {
+            filter = filter.since(since);
+        }
+        filter
+    }
+}
+
+/// `list`.
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// Which tasks.
+    #[command(flatten)]
+    pub(crate) filter: FilterArgs,
+    /// At most this many tasks (1 to 1000).
+    #[arg(long, default_value_t = 50)]
+    pub(crate) limit: u32,
+    /// Continue after this id: the `next` of the previous page.
+    #[arg(long)]
+    pub(crate) after: Option<i64>,
+    /// Oldest first instead of newest first.
+    #[arg(long)]
+    pub(crate) oldest_first: bool,
+}
+
+/// `requeue` and `discard`: one task, or every task a filter matches.
+#[derive(Debug, Args)]
+pub(crate) struct ChangeArgs {
+    /// The task's id; leave it out and give `--status` for a bulk change.
+    #[arg(conflicts_with_all = ["status", "kind", "key", "since"])]
+    pub(crate) id: Option<i64>,
+    /// Which tasks, for a bulk change.
+    #[command(flatten)]
+    pub(crate) filter: FilterArgs,
+    /// Tasks per batch in a bulk change: one statement each for `requeue`,
+    /// one transaction each for `discard` (one per task on SQLite).
+    #[arg(long, default_value_t = 500)]
+    pub(crate) batch: usize,
+    /// Skip the confirmation a bulk change asks for.
+    #[arg(long, short = 'y')]
+    pub(crate) yes: bool,
+}
+
+impl ChangeArgs {
+    /// The single task, if one was named.
+    pub(crate) fn task(&self) -> Option<TaskId> {
+        self.id.map(TaskId::new)
+    }
+}
+
+/// `purge`.
+#[derive(Debug, Args)]
+pub(crate) struct PurgeArgs {
+    /// Delete tasks finished longer ago than this (`36h`, `7d`).
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) older_than: std::time::Duration,
+    /// Rows per statement.
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) batch: usize,
+    /// Skip the confirmation.
+    #[arg(long, short = 'y')]
+    pub(crate) yes: bool,
+}
+
+/// `watch`.
+#[derive(Debug, Args)]
+pub(crate) struct WatchArgs {
+    /// Stop after this many samples (default: until interrupted).
+    #[arg(long)]
+    pub(crate) count: Option<u64>,
+    /// Time between samples.
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    pub(crate) every: std::time::Duration,
+}
+
+/// `serve`.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// The address to listen on. Loopback by default: put the operator's
+    /// authenticating proxy in front before binding anything else.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub(crate) bind: SocketAddr,
+    /// A host name (without port) requests may address besides loopback
+    /// names, such as the name of the proxy in front; repeatable. Requests
+    /// for any other `Host` are refused.
+    #[arg(long = "allow-host")]
+    pub(crate) allow_hosts: Vec<String>,
+}
+
+fn parse_status(text: &str) -> Result<Status, String> {
+    text.parse::<Status>().map_err(|error| {
+        let known: Vec<&str> = Status::ALL.iter().map(|status| status.as_str()).collect();
+        format!("{error}; expected one of {}", known.join(", "))
+    })
+}

@@ -1,0 +1,207 @@
+//! The dashboard's HTML, written on the server: no script, no build step.
+
+use std::fmt::Write as _;
+
+use diesel_outbox_core::{Record, Stats, transition};
+
+use crate::render;
+
+/// `text` with the characters HTML gives meaning to escaped.
+pub(crate) fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const STYLE: &str = "\
+body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}
+table{border-collapse:collapse;margin:.5rem 0 1.5rem}
+th,td{border-bottom:1px solid #ddd;padding:.3rem .6rem;text-align:left;vertical-align:top}
+th{background:#f4f4f4}
+td.error{font-family:monospace;max-width:40rem;overflow-wrap:anywhere}
+pre{background:#f7f7f7;padding:.8rem;overflow:auto}
+form{display:inline}
+.notice{background:#eef7ee;border:1px solid #9c9;padding:.5rem}
+.failed{color:#a00;font-weight:bold}";
+
+/// A whole page around `body`.
+pub(crate) fn layout(title: &str, body: &str) -> String {
+    format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>{title} · outbox</title><style>{STYLE}</style></head>\
+         <body><h1><a href=\"/\">outbox</a> · {title}</h1>\n{body}</body></html>\n",
+        title = escape(title)
+    )
+}
+
+/// A button that POSTs `action` for task `id`, with the CSRF token; its
+/// element id is `{place}-{action}-{id}`.
+fn button(record: &Record, action: &str, place: &str, token: &str) -> String {
+    format!(
+        "<form method=\"post\" action=\"/tasks/{id}/{action}\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
+         <button type=\"submit\" id=\"{place}-{action}-{id}\">{action}</button></form>",
+        id = record.id,
+        token = escape(token),
+    )
+}
+
+/// The buttons a task's status allows.
+fn buttons(record: &Record, place: &str, token: &str) -> String {
+    let mut html = String::new();
+    if transition::requeueable(record.status) {
+        html.push_str(&button(record, "requeue", place, token));
+        html.push(' ');
+    }
+    if transition::discardable(record.status) {
+        html.push_str(&button(record, "discard", place, token));
+    }
+    html
+}
+
+fn stats_table(stats: &Stats) -> String {
+    let mut html = String::from("<table id=\"stats\"><tr>");
+    for (status, _) in stats.by_status() {
+        let _ = write!(html, "<th>{status}</th>");
+    }
+    html.push_str("<th>backlog</th><th>oldest due</th></tr><tr>");
+    for (status, count) in stats.by_status() {
+        let _ = write!(html, "<td id=\"count-{status}\">{count}</td>");
+    }
+    let oldest = stats.oldest_due_age.map_or_else(
+        || "-".to_owned(),
+        |age| format!("{:.1}s", age.as_secs_f64()),
+    );
+    let _ = write!(
+        html,
+        "<td>{}</td><td>{oldest}</td></tr></table>",
+        stats.backlog()
+    );
+    html
+}
+
+/// A table of tasks, one row each with the id `task-ID`.
+fn tasks_table(id: &str, records: &[Record], token: &str) -> String {
+    if records.is_empty() {
+        return format!("<p id=\"{id}\">none</p>");
+    }
+    let mut html = format!(
+        "<table id=\"{id}\"><tr><th>id</th><th>status</th><th>kind</th><th>key</th>\
+         <th>attempts</th><th>created</th><th>last error</th><th></th></tr>"
+    );
+    for record in records {
+        let _ = write!(
+            html,
+            "<tr id=\"{id}-{task}\"><td><a href=\"/tasks/{task}\">{task}</a></td>\
+             <td class=\"status {status}\">{status}</td><td>{kind}</td><td>{key}</td>\
+             <td>{attempts}</td><td>{created}</td><td class=\"error\">{error}</td><td>{buttons}</td></tr>",
+            task = record.id,
+            status = record.status,
+            kind = escape(&record.task.kind),
+            key = escape(record.task.ordering_key.as_deref().unwrap_or("-")),
+            attempts = record.attempts,
+            created = render::instant(record.created_at),
+            error = escape(&render::short_error(&record.last_error, 200)),
+            buttons = buttons(record, id, token),
+        );
+    }
+    html.push_str("</table>");
+    html
+}
+
+/// The front page: stats, failed tasks with their last errors, and the
+/// latest tasks whatever their status.
+pub(crate) fn index(
+    stats: &Stats,
+    failed: &[Record],
+    recent: &[Record],
+    notice: Option<&str>,
+    token: &str,
+) -> String {
+    let mut body = String::new();
+    if let Some(notice) = notice {
+        let _ = write!(
+            body,
+            "<p class=\"notice\" id=\"notice\">{}</p>",
+            escape(notice)
+        );
+    }
+    body.push_str("<h2>Stats</h2>");
+    body.push_str(&stats_table(stats));
+    body.push_str("<h2>Failed tasks</h2>");
+    if stats.failed > failed.len() as u64 {
+        let _ = write!(
+            body,
+            "<p>The newest {} of {}: <code>outbox list --status failed</code> pages through them all.</p>",
+            failed.len(),
+            stats.failed
+        );
+    }
+    body.push_str(&tasks_table("failed", failed, token));
+    body.push_str("<h2>Latest tasks</h2>");
+    body.push_str(&tasks_table("recent", recent, token));
+    layout("dashboard", &body)
+}
+
+/// One task: every field, headers, last error, payload and its buttons.
+pub(crate) fn detail(record: &Record, token: &str) -> String {
+    let mut body = String::from("<table id=\"task\">");
+    for (label, value) in render::detail_fields(record) {
+        let _ = write!(body, "<tr><th>{label}</th><td>{}</td></tr>", escape(&value));
+    }
+    body.push_str("</table><h2>Headers</h2>");
+    if record.task.headers.is_empty() {
+        body.push_str("<p>none</p>");
+    } else {
+        body.push_str("<table>");
+        for (name, value) in &record.task.headers {
+            let _ = write!(
+                body,
+                "<tr><th>{}</th><td>{}</td></tr>",
+                escape(name),
+                escape(value)
+            );
+        }
+        body.push_str("</table>");
+    }
+    let _ = write!(
+        body,
+        "<h2>Last error</h2><pre id=\"last-error\">{}</pre>",
+        escape(&record.last_error)
+    );
+    let (encoding, _) = render::payload(record);
+    let _ = write!(
+        body,
+        "<h2>Payload ({encoding})</h2><pre id=\"payload\">{}</pre><p>{}</p>",
+        escape(&render::payload_text(record)),
+        buttons(record, "task", token)
+    );
+    layout(&format!("task {}", record.id), &body)
+}
+
+/// A page for a refused or failed request.
+pub(crate) fn problem(title: &str, message: &str) -> String {
+    layout(title, &format!("<p id=\"problem\">{}</p>", escape(message)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markup_in_text_is_escaped() {
+        assert_eq!(
+            escape("<script>alert('x')</script> & \""),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;"
+        );
+    }
+}

@@ -1,0 +1,342 @@
+//! Every subcommand, its table and its JSON, and its exit codes.
+
+use diesel_outbox_core::{Maintenance as _, Status, Store as _, Task};
+use diesel_outbox_testkit::{
+    TestBackend, conformance::support::KIND, mysql::MysqlTestDb, postgres::PgTestDb,
+};
+
+use crate::support::{INJECTED, outbox, seed};
+
+/// `migrate`: applied, up to date, printed, reverted only when confirmed.
+async fn migrate<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let url = db.url();
+    let run = outbox(url, &["migrate"]).expect(0);
+    assert!(run.stdout.contains("up to date"), "{run:?}");
+    assert_eq!(
+        outbox(url, &["migrate", "--json"]).expect(0).json()["applied"],
+        serde_json::json!([])
+    );
+    let printed = outbox(url, &["migrate", "--print"]).expect(0);
+    assert!(printed.stdout.contains("CREATE TABLE"), "{printed:?}");
+    let printed = outbox(url, &["migrate", "--print", "--revert"]).expect(0);
+    assert!(printed.stdout.contains("DROP TABLE"), "{printed:?}");
+
+    let declined = outbox(url, &["migrate", "--revert"]).expect(5);
+    assert!(declined.stderr.contains("--yes"), "{declined:?}");
+    assert_eq!(db.count_tasks().await?, 0, "the table is still there");
+    let reverted = outbox(url, &["migrate", "--revert", "--yes", "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(reverted["reverted"].as_array().map(Vec::len), Some(1));
+    assert!(db.count_tasks().await.is_err(), "the table is gone");
+    let applied = outbox(url, &["migrate"]).expect(0);
+    assert!(applied.stdout.starts_with("applied "), "{applied:?}");
+    assert_eq!(db.count_tasks().await?, 0);
+    Ok(())
+}
+
+/// The read commands on a small outbox: two failed tasks, two available
+/// ones (one with an ordering key), one of another kind.
+async fn reads<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let url = db.url();
+    let ids = seed(
+        db,
+        vec![
+            Task::new(KIND, 1, r#"{"order":1,"items":["a","b"]}"#)
+                .header("traceparent", "00-abc-01"),
+            Task::new(KIND, 1, "not json"),
+            Task::new(KIND, 1, "{}").ordering_key("customer-7"),
+            Task::new(KIND, 1, "{}"),
+            Task::new("invoice.issued", 2, "{}"),
+        ],
+        2,
+    )
+    .await?;
+
+    let stats = outbox(url, &["stats"]).expect(0);
+    assert!(stats.stdout.starts_with("STATUS"), "{stats:?}");
+    let failed_row = stats.stdout.lines().find(|line| line.starts_with("failed"));
+    assert_eq!(
+        failed_row.map(|row| row.split_whitespace().collect::<Vec<_>>()),
+        Some(vec!["failed", "2"])
+    );
+    let stats = outbox(url, &["stats", "--json"]).expect(0).json();
+    assert_eq!(
+        (
+            stats["failed"].as_u64(),
+            stats["available"].as_u64(),
+            stats["backlog"].as_u64()
+        ),
+        (Some(2), Some(3), Some(3))
+    );
+    assert!(stats["oldest_due_age_seconds"].is_number(), "{stats}");
+
+    let list = outbox(url, &["list"]).expect(0);
+    let lines: Vec<&str> = list.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("ID") && lines[0].contains("LAST ERROR"),
+        "{list:?}"
+    );
+    assert_eq!(lines.len(), 6, "a header and five tasks: {list:?}");
+    assert!(
+        lines[1].starts_with(&ids[4].to_string()),
+        "newest first: {list:?}"
+    );
+    assert!(
+        lines[5].contains(INJECTED),
+        "the failed task's error: {list:?}"
+    );
+
+    let failed = outbox(url, &["list", "--status", "failed", "--json"])
+        .expect(0)
+        .json();
+    let listed: Vec<i64> = failed["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(listed, [ids[1].get(), ids[0].get()]);
+    assert!(failed["next"].is_null());
+    assert!(
+        failed["tasks"][0]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains(INJECTED)
+    );
+    assert_eq!(failed["tasks"][0]["status"], "failed");
+
+    let keyed = outbox(
+        url,
+        &["list", "--key", "customer-7", "--kind", KIND, "--json"],
+    )
+    .expect(0)
+    .json();
+    assert_eq!(keyed["tasks"].as_array().map(Vec::len), Some(1));
+    assert_eq!(keyed["tasks"][0]["ordering_key"], "customer-7");
+    let none = outbox(
+        url,
+        &["list", "--status", "failed", "--kind", "invoice.issued"],
+    )
+    .expect(0);
+    assert!(none.stdout.contains("no tasks match"), "{none:?}");
+    let recent = outbox(url, &["list", "--since", "1h", "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(recent["tasks"].as_array().map(Vec::len), Some(5));
+    let future = outbox(url, &["list", "--since", "2999-01-01T00:00:00Z", "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(future["tasks"].as_array().map(Vec::len), Some(0));
+
+    let first = outbox(url, &["list", "--limit", "2", "--oldest-first", "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(first["tasks"][0]["id"].as_i64(), Some(ids[0].get()));
+    let next = first["next"].as_i64().unwrap();
+    assert_eq!(next, ids[1].get());
+    let second = outbox(
+        url,
+        &[
+            "list",
+            "--limit",
+            "2",
+            "--oldest-first",
+            "--after",
+            &next.to_string(),
+            "--json",
+        ],
+    )
+    .expect(0)
+    .json();
+    assert_eq!(second["tasks"][0]["id"].as_i64(), Some(ids[2].get()));
+    let table = outbox(url, &["list", "--limit", "2"]).expect(0);
+    assert!(table.stdout.contains("more: --after"), "{table:?}");
+
+    let show = outbox(url, &["show", &ids[0].to_string()]).expect(0);
+    let field = |name: &str| {
+        show.stdout
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix(name)
+                    .filter(|rest| rest.starts_with("  "))
+            })
+            .map(str::trim)
+            .map(str::to_owned)
+    };
+    assert_eq!(field("status").as_deref(), Some("failed"), "{show:#?}");
+    assert_eq!(field("attempts").as_deref(), Some("1"), "{show:#?}");
+    for expected in [
+        "traceparent: 00-abc-01",
+        INJECTED,
+        "payload (json",
+        "  \"items\": [",
+    ] {
+        assert!(show.stdout.contains(expected), "{expected:?} in {show:#?}");
+    }
+    let detail = outbox(url, &["show", &ids[0].to_string(), "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(detail["payload_encoding"], "json");
+    assert_eq!(detail["payload"]["items"][1], "b");
+    assert_eq!(detail["headers"]["traceparent"], "00-abc-01");
+    assert_eq!(
+        (detail["attempts"].as_i64(), detail["runs"].as_i64()),
+        (Some(1), Some(1))
+    );
+    assert!(detail["finished_at"].is_string());
+    let text = outbox(url, &["show", &ids[1].to_string(), "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(
+        (text["payload_encoding"].as_str(), text["payload"].as_str()),
+        (Some("utf8"), Some("not json"))
+    );
+
+    let missing = outbox(url, &["show", "987654321"]).expect(3);
+    assert!(missing.stderr.contains("not found"), "{missing:?}");
+
+    let watch = outbox(
+        url,
+        &["watch", "--count", "2", "--every", "100ms", "--json"],
+    )
+    .expect(0);
+    let samples: Vec<serde_json::Value> = watch
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(samples.len(), 2, "{watch:?}");
+    assert!(
+        samples
+            .iter()
+            .all(|sample| sample["failed"] == 2 && sample["at"].is_string())
+    );
+    let watch = outbox(url, &["watch", "--count", "1"]).expect(0);
+    assert!(watch.stdout.contains("failed=2"), "{watch:?}");
+    Ok(())
+}
+
+/// The changing commands: requeue and discard, one or in bulk, and purge,
+/// with the exit codes scripts rely on.
+async fn changes<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let url = db.url();
+    let tasks = (0..6)
+        .map(|n| Task::new(KIND, 1, format!("{{\"n\":{n}}}")))
+        .collect();
+    let ids = seed(db, tasks, 5).await?;
+    let store = db.store();
+    let id = |n: usize| ids[n].to_string();
+
+    let run = outbox(url, &["requeue", &id(0)]).expect(0);
+    assert_eq!(run.stdout, format!("requeued task {}\n", ids[0]));
+    assert_eq!(store.get(ids[0]).await?.status, Status::Available);
+    let again = outbox(url, &["requeue", &id(0)]).expect(4);
+    assert!(again.stderr.contains("not failed"), "{again:?}");
+    outbox(url, &["requeue", "987654321"]).expect(3);
+    outbox(url, &["requeue"]).expect(2);
+    outbox(url, &["requeue", "--status", "available", "--yes"]).expect(2);
+    outbox(url, &["requeue", &id(1), "--status", "failed"]).expect(2);
+
+    let json = outbox(url, &["discard", &id(1), "--json"]).expect(0).json();
+    assert_eq!(
+        (json["discarded"].as_u64(), json["id"].as_i64()),
+        (Some(1), Some(ids[1].get()))
+    );
+    outbox(url, &["discard", &id(1)]).expect(4);
+
+    let declined = outbox(url, &["requeue", "--status", "failed"]).expect(5);
+    assert!(
+        declined
+            .stderr
+            .contains("requeue 3 task(s) matching status=failed"),
+        "{declined:?}"
+    );
+    assert_eq!(store.stats().await?.failed, 3, "nothing changed");
+    let run = outbox(
+        url,
+        &[
+            "requeue", "--status", "failed", "--kind", KIND, "--batch", "2", "--yes",
+        ],
+    )
+    .expect(0);
+    assert_eq!(run.stdout, "requeued 3 task(s)\n");
+    assert_eq!(store.stats().await?.failed, 0);
+
+    outbox(url, &["discard", "--status", "available"]).expect(5);
+    let json = outbox(
+        url,
+        &["discard", "--status", "available", "--yes", "--json"],
+    )
+    .expect(0)
+    .json();
+    assert_eq!(json["discarded"].as_u64(), Some(5));
+    outbox(url, &["discard", "--status", "succeeded", "--yes"]).expect(2);
+    let stats = store.stats().await?;
+    assert_eq!((stats.discarded, stats.available), (6, 0));
+
+    outbox(url, &["purge", "--older-than", "0s"]).expect(5);
+    outbox(url, &["purge", "--older-than", "soon", "--yes"]).expect(2);
+    let kept = outbox(url, &["purge", "--older-than", "1h", "--yes", "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(kept["purged"].as_u64(), Some(0), "finished just now");
+    let purged = outbox(url, &["purge", "--older-than", "0s", "--yes"]).expect(0);
+    assert_eq!(purged.stdout, "purged 6 task(s)\n");
+    assert_eq!(db.count_tasks().await?, 0);
+    Ok(())
+}
+
+/// Errors that are the database's or the user's, not a task's.
+async fn bad_databases<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let run = outbox("redis://127.0.0.1/0", &["stats"]).expect(2);
+    assert!(run.stderr.contains("unsupported database URL"), "{run:?}");
+    let scheme = db
+        .url()
+        .split_once("://")
+        .map(|(scheme, _)| scheme)
+        .unwrap_or_default();
+    let unreachable = format!("{scheme}://root@127.0.0.1:9/none");
+    let run = outbox(&unreachable, &["stats"]).expect(1);
+    assert!(!run.stderr.is_empty(), "{run:?}");
+    let run = outbox(db.url(), &["list", "--limit", "0"]).expect(2);
+    assert!(run.stderr.contains("limit"), "{run:?}");
+    let run = std::process::Command::new(crate::support::OUTBOX)
+        .arg("stats")
+        .env_remove("DATABASE_URL")
+        .output()?;
+    assert_eq!(run.status.code(), Some(2), "{run:?}");
+    Ok(())
+}
+
+macro_rules! each_backend {
+    ($($name:ident => $scenario:ident),* $(,)?) => {
+        mod postgres {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let db = PgTestDb::create(concat!("cli_", stringify!($name))).await.unwrap();
+                    $scenario(&db).await.unwrap();
+                }
+            )*
+        }
+        mod mariadb {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let db = MysqlTestDb::create(concat!("cli_", stringify!($name))).await.unwrap();
+                    $scenario(&db).await.unwrap();
+                }
+            )*
+        }
+    };
+}
+
+each_backend! {
+    migrate_applies_prints_and_reverts_when_confirmed => migrate,
+    stats_list_show_and_watch_read_the_outbox => reads,
+    requeue_discard_and_purge_change_it => changes,
+    bad_urls_and_values_exit_with_their_codes => bad_databases,
+}

@@ -1,0 +1,283 @@
+//! The dashboard in headless Chromium, and its refusal of forged POSTs.
+
+use std::{
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::{TcpListener, TcpStream},
+    path::PathBuf,
+    process::{Child, ChildStdout, Command, Stdio},
+};
+
+use diesel_outbox_core::{Status, Store as _, Task, TaskId};
+use diesel_outbox_testkit::{TestBackend, conformance::support::KIND, postgres::PgTestDb};
+use fantoccini::{ClientBuilder, Locator};
+use hyper_util::client::legacy::connect::HttpConnector;
+
+use crate::support::{INJECTED, OUTBOX, seed};
+
+/// A child process that is killed, by its pid, when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Reads the child's stdout until a line contains `marker`; returns it.
+fn line_with(stdout: ChildStdout, marker: &str) -> String {
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let read = reader.read_line(&mut line).unwrap();
+        assert!(read > 0, "the process ended before printing {marker:?}");
+        if line.contains(marker) {
+            return line.trim().to_owned();
+        }
+    }
+}
+
+/// `outbox serve` on a free loopback port; returns it and its base URL.
+fn serve(database_url: &str) -> (Process, String) {
+    let mut child = Command::new(OUTBOX)
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .env("DATABASE_URL", database_url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let process = Process(child);
+    let line = line_with(stdout, "outbox dashboard on ");
+    let url = line.rsplit(' ').next().unwrap().to_owned();
+    (process, url)
+}
+
+/// Sends a raw HTTP/1.1 request to the dashboard; returns the status code
+/// and the body.
+fn http(
+    base: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let authority = base.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = TcpStream::connect(authority).unwrap();
+    let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        request.push_str(&format!("Host: {authority}\r\n"));
+    }
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    (status, response)
+}
+
+const FORM: (&str, &str) = ("Content-Type", "application/x-www-form-urlencoded");
+
+/// The token the front page's forms carry.
+fn page_token(base: &str) -> String {
+    let (status, page) = http(base, "GET", "/", &[], "");
+    assert_eq!(status, 200, "{page}");
+    let start = page.find("name=\"csrf\" value=\"").unwrap() + "name=\"csrf\" value=\"".len();
+    page[start..start + 64].to_owned()
+}
+
+async fn failed_task(db: &PgTestDb) -> TaskId {
+    let task = Task::new(KIND, 1, r#"{"order":42}"#);
+    seed(db, vec![task], 1).await.unwrap()[0]
+}
+
+/// A POST without the page's token is refused, and so is one with the
+/// token from a foreign origin; the page's own form data goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_without_the_pages_token_is_refused() {
+    let db = PgTestDb::create("cli_dashboard_csrf").await.unwrap();
+    let id = failed_task(&db).await;
+    let (_server, base) = serve(db.url());
+    let path = format!("/tasks/{id}/requeue");
+
+    let (status, body) = http(&base, "POST", &path, &[FORM], "");
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("missing CSRF token"), "{body}");
+    let (status, _) = http(&base, "POST", &path, &[], "");
+    assert_eq!(status, 403, "no form at all");
+    let (status, _) = http(
+        &base,
+        "POST",
+        &path,
+        &[FORM],
+        &format!("csrf={}", "0".repeat(64)),
+    );
+    assert_eq!(status, 403, "a guessed token");
+    let token = page_token(&base);
+    let (status, _) = http(
+        &base,
+        "POST",
+        &path,
+        &[FORM, ("Origin", "http://evil.example")],
+        &format!("csrf={token}"),
+    );
+    assert_eq!(status, 403, "the right token from another site");
+    let (status, _) = http(&base, "GET", "/", &[("Host", "evil.example")], "");
+    assert_eq!(status, 403, "a foreign Host name (DNS rebinding)");
+    assert_eq!(
+        db.store().get(id).await.unwrap().status,
+        Status::Failed,
+        "nothing changed"
+    );
+
+    let (status, response) = http(&base, "POST", &path, &[FORM], &format!("csrf={token}"));
+    assert_eq!(status, 303, "{response}");
+    assert_eq!(db.store().get(id).await.unwrap().status, Status::Available);
+}
+
+/// A task's page shows every field, its headers, its last error and its
+/// payload pretty-printed, with the page's buttons; an unknown id is 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_page_shows_it_whole() {
+    let db = PgTestDb::create("cli_dashboard_detail").await.unwrap();
+    let task = Task::new(KIND, 1, r#"{"order":42,"lines":[1,2]}"#)
+        .ordering_key("customer-<7>")
+        .header("traceparent", "00-abc-01");
+    let id = seed(&db, vec![task], 1).await.unwrap()[0];
+    let (_server, base) = serve(db.url());
+
+    let (status, page) = http(&base, "GET", &format!("/tasks/{id}"), &[], "");
+    assert_eq!(status, 200, "{page}");
+    for expected in [
+        "<th>status</th><td>failed</td>",
+        "<th>attempts</th><td>1</td>",
+        "<th>ordering key</th><td>customer-&lt;7&gt;</td>",
+        "<th>traceparent</th><td>00-abc-01</td>",
+        INJECTED,
+        "Payload (json)",
+        "  &quot;lines&quot;: [",
+        &format!("id=\"task-requeue-{id}\""),
+        &format!("id=\"task-discard-{id}\""),
+        "content-security-policy: default-src 'none'",
+    ] {
+        assert!(page.contains(expected), "{expected:?} in {page}");
+    }
+    let (status, _) = http(&base, "GET", "/tasks/987654321", &[], "");
+    assert_eq!(status, 404);
+}
+
+/// Where screenshots go: the workspace's target directory.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"))
+}
+
+/// A program's path: the environment variable `var`, else the path the
+/// Debian package installs.
+fn program(var: &str, default: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| default.to_owned())
+}
+
+/// chromedriver (`OUTBOX_CHROMEDRIVER`, default the Debian package's) on a
+/// free port, ready for sessions.
+fn chromedriver() -> (Process, u16) {
+    let driver = program("OUTBOX_CHROMEDRIVER", "/usr/bin/chromedriver");
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(&driver)
+        .arg(format!("--port={port}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|error| {
+            panic!("{driver}: {error}; install it with apt-get install -y chromium chromium-driver")
+        });
+    let stdout = child.stdout.take().unwrap();
+    let process = Process(child);
+    line_with(stdout, "started successfully");
+    (process, port)
+}
+
+/// Headless Chromium loads the dashboard, shows the failed task with its
+/// last error, requeues it with a click, and the task is available in the
+/// table afterwards; a screenshot is left in the target directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_requeues_a_failed_task_in_a_browser() {
+    let db = PgTestDb::create("cli_dashboard_browser").await.unwrap();
+    let id = failed_task(&db).await;
+    let (_server, base) = serve(db.url());
+    let (_driver, port) = chromedriver();
+
+    let profile =
+        std::env::temp_dir().join(format!("outbox-chromium-{}-{port}", std::process::id()));
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert(
+        "goog:chromeOptions".to_owned(),
+        serde_json::json!({
+            "binary": program("OUTBOX_CHROMIUM", "/usr/bin/chromium"),
+            "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--window-size=1400,900",
+                format!("--user-data-dir={}", profile.display()),
+            ],
+        }),
+    );
+    let client = ClientBuilder::new(HttpConnector::new())
+        .capabilities(capabilities)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .unwrap();
+
+    let result = async {
+        client.goto(&base).await?;
+        let row = client.find(Locator::Id(&format!("failed-{id}"))).await?;
+        let text = row.text().await?;
+        assert!(text.contains("failed") && text.contains(INJECTED), "{text}");
+        client
+            .find(Locator::Id(&format!("failed-requeue-{id}")))
+            .await?
+            .click()
+            .await?;
+        let notice = client.wait().for_element(Locator::Id("notice")).await?;
+        assert_eq!(notice.text().await?, format!("requeued task {id}"));
+        let status = client
+            .find(Locator::Css(&format!("#recent-{id} td.status")))
+            .await?
+            .text()
+            .await?;
+        assert_eq!(status, "available");
+        assert!(
+            client
+                .find(Locator::Id(&format!("failed-{id}")))
+                .await
+                .is_err(),
+            "no longer failed"
+        );
+        let png = client.screenshot().await?;
+        let path = target_dir().join("outbox-dashboard.png");
+        std::fs::write(&path, png).unwrap();
+        println!("screenshot: {}", path.display());
+        Ok::<_, fantoccini::error::CmdError>(())
+    }
+    .await;
+    let _ = client.close().await;
+    let _ = std::fs::remove_dir_all(&profile);
+    result.unwrap();
+    assert_eq!(db.store().get(id).await.unwrap().status, Status::Available);
+}

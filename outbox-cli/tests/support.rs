@@ -1,0 +1,78 @@
+//! Running the binary, and tasks to run it on.
+
+use std::process::{Command, Output, Stdio};
+
+use diesel_outbox_core::TaskId;
+use diesel_outbox_testkit::{
+    TestBackend,
+    conformance::support::{config, enqueue_committed, registry, worker},
+    handler,
+};
+use serde_json::Value;
+
+/// The binary under test.
+pub(crate) const OUTBOX: &str = env!("CARGO_BIN_EXE_outbox");
+
+/// What a run of `outbox` gave.
+#[derive(Debug)]
+pub(crate) struct Run {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+}
+
+impl Run {
+    /// Stdout as one JSON document.
+    pub(crate) fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|error| panic!("not JSON ({error}): {self:?}"))
+    }
+
+    /// Asserts the exit code, showing the whole run otherwise.
+    #[track_caller]
+    pub(crate) fn expect(self, code: i32) -> Self {
+        assert_eq!(self.code, code, "{self:#?}");
+        self
+    }
+}
+
+/// Runs `outbox ARGS` with `DATABASE_URL=url` and no terminal on stdin, as
+/// a script would.
+pub(crate) fn outbox(url: &str, args: &[&str]) -> Run {
+    let output: Output = Command::new(OUTBOX)
+        .args(args)
+        .env("DATABASE_URL", url)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|error| panic!("running {OUTBOX}: {error}"));
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Fails `ids` for good, through a worker whose handler refuses them; the
+/// last error names the injected failure.
+pub(crate) async fn fail<B: TestBackend>(db: &B, ids: &[TaskId]) -> anyhow::Result<()> {
+    let (mock, _) = handler::failing_permanently();
+    let worker = worker(db, registry(mock)?, config("cli-test"))?;
+    for &id in ids {
+        anyhow::ensure!(worker.send(id).await.is_err(), "task {id} did not fail");
+    }
+    Ok(())
+}
+
+/// Enqueues `tasks` committed, then fails the first `failed` of them.
+pub(crate) async fn seed<B: TestBackend>(
+    db: &B,
+    tasks: Vec<diesel_outbox_core::Task>,
+    failed: usize,
+) -> anyhow::Result<Vec<TaskId>> {
+    let ids = enqueue_committed(db, tasks).await?;
+    fail(db, &ids[..failed]).await?;
+    Ok(ids)
+}
+
+/// The text of the failure the test handler injects.
+pub(crate) const INJECTED: &str = handler::INJECTED_PERMANENT_FAILURE;
