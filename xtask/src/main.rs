@@ -12,7 +12,9 @@
 //! - `chaos [--backend postgres|mysql] [--scenario NAME] [--quick] [--json]`:
 //!   faults injected into private servers (restarts, killed relays, NATS
 //!   down, pool exhaustion, overlapping handlers, clock skew, a hung
-//!   handler), each scenario's invariants checked and its figures reported.
+//!   handler), each scenario's invariants checked and its figures reported;
+//!   with `--cluster`, the replicated topologies (Galera, PostgreSQL
+//!   failover, a JetStream cluster) instead.
 
 use clap::{Parser, Subcommand};
 

@@ -13,6 +13,7 @@
 
 mod child;
 mod clock;
+mod cluster;
 mod db;
 mod effect;
 mod probe;
@@ -59,9 +60,15 @@ pub(crate) struct Args {
     /// The backend to run on; both when omitted.
     #[arg(long, value_enum)]
     backend: Option<Backend>,
-    /// Run only this scenario: restart, kill, nats, pool, trickle, clock or hang.
+    /// Run only this scenario: restart, kill, nats, pool, trickle, clock or
+    /// hang; with `--cluster`: galera, failover or nats-cluster.
     #[arg(long)]
     scenario: Option<String>,
+    /// Run the replicated topologies instead of the single-server
+    /// scenarios: a Galera cluster, PostgreSQL failover to a standby, a
+    /// three-node JetStream cluster (`--backend` does not apply).
+    #[arg(long)]
+    cluster: bool,
     /// Shorter scenarios (CI): about two minutes per backend.
     #[arg(long)]
     quick: bool,
@@ -71,16 +78,18 @@ pub(crate) struct Args {
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
+    let known: &[&'static str] = match args.cluster {
+        true => &cluster::ALL,
+        false => &scenarios::ALL,
+    };
     let scenarios: Vec<&'static str> = match &args.scenario {
         Some(name) => vec![
-            *scenarios::ALL
+            *known
                 .iter()
                 .find(|known| *known == name)
-                .with_context(|| {
-                    format!("no scenario {name}; known: {}", scenarios::ALL.join(", "))
-                })?,
+                .with_context(|| format!("no scenario {name}; known: {}", known.join(", ")))?,
         ],
-        None => scenarios::ALL.to_vec(),
+        None => known.to_vec(),
     };
     let backends = match args.backend {
         Some(backend) => vec![backend],
@@ -92,7 +101,12 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         "chaos: private servers and records under {}",
         run.path().display()
     );
-    let work = run_all(&run, &backends, &scenarios, args.quick);
+    let work = async {
+        match args.cluster {
+            true => cluster::run_all(&run, &scenarios, args.quick).await,
+            false => run_all(&run, &backends, &scenarios, args.quick).await,
+        }
+    };
     let reports = tokio::select! {
         reports = work => reports,
         signal = interrupted() => {
