@@ -45,24 +45,26 @@ async fn placement(
 }
 
 /// Whether node `name` leads the stream or is a current replica of it.
-async fn caught_up(jetstream: &jetstream::Context, name: &str) -> anyhow::Result<bool> {
+async fn caught_up(jetstream: &jetstream::Context, name: &str) -> anyhow::Result<Option<()>> {
     let (leader, replicas) = placement(jetstream).await?;
-    Ok(leader == name
+    let current = leader == name
         || replicas.iter().any(|peer| {
             peer.name == name && peer.current && !peer.offline && peer.lag.unwrap_or(0) == 0
-        }))
+        });
+    Ok(current.then_some(()))
 }
 
-/// Polls until `ready` holds, at most `limit`; when it did, in µs.
-async fn poll_until<F, Fut>(limit: Duration, mut ready: F) -> Option<u64>
+/// Polls until `ready` answers `Some`, at most `limit`; when it did (µs),
+/// and what it answered.
+async fn poll_until<T, F, Fut>(limit: Duration, mut ready: F) -> Option<(u64, T)>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<bool>>,
+    Fut: Future<Output = anyhow::Result<Option<T>>>,
 {
     let deadline = tokio::time::Instant::now() + limit;
     while tokio::time::Instant::now() < deadline {
-        if let Ok(true) = ready().await {
-            return Some(clock::now_us());
+        if let Ok(Some(answer)) = ready().await {
+            return Some((clock::now_us(), answer));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -132,7 +134,8 @@ fn around_kill(logs: &[ProcessLog], killed: u64) -> AroundKill {
 pub(crate) async fn run(ctx: &mut ClusterCtx<'_>, report: &mut Report) -> anyhow::Result<()> {
     let run = ctx.run;
     let load = ctx.pick(Duration::from_secs(5), Duration::from_secs(15));
-    let down = ctx.pick(Duration::from_secs(5), Duration::from_secs(15));
+    // Longer than an election (JetStream's Raft waits 4-9 s for a leader).
+    let down = ctx.pick(Duration::from_secs(10), Duration::from_secs(20));
     // Far beyond how long a task of this run can be retried (the run itself).
     let window = Duration::from_secs(600);
     ctx.progress
@@ -161,9 +164,10 @@ pub(crate) async fn run(ctx: &mut ClusterCtx<'_>, report: &mut Report) -> anyhow
     spec.ensure(&jetstream).await?;
     let everyone_current = || async {
         let (leader, replicas) = placement(&jetstream).await?;
-        Ok(!leader.is_empty()
+        let current = !leader.is_empty()
             && replicas.len() == NODES - 1
-            && replicas.iter().all(|peer| peer.current))
+            && replicas.iter().all(|peer| peer.current);
+        Ok(current.then_some(()))
     };
     poll_until(Duration::from_secs(30), everyone_current)
         .await
@@ -198,18 +202,20 @@ pub(crate) async fn run(ctx: &mut ClusterCtx<'_>, report: &mut Report) -> anyhow
         progress.phase(&format!("stream leader {leader} killed (SIGKILL)"));
         let killed = clock::now_us();
         cluster.kill(&leader).await?;
+        let cluster_now = &*cluster;
         let elected = poll_until(down, || async {
-            let (now, _) = placement(js).await?;
-            Ok(!now.is_empty() && now != leader)
+            Ok(cluster_now.stream_leader(STREAM).await)
         })
         .await;
-        let successor = placement(js).await.map(|(now, _)| now).unwrap_or_default();
+        let (elected, successor) = elected.unzip();
         let rest = down.saturating_sub(clock::between(killed, clock::now_us()));
         pause(progress, rest, "a node down", committed, &dir).await;
         let restarting = clock::now_us();
         cluster.restart(&leader, run).await?;
         progress.phase(&format!("{leader} restarted; waiting until it caught up"));
-        let caught = poll_until(Duration::from_secs(60), || caught_up(js, &leader)).await;
+        let caught = poll_until(Duration::from_secs(60), || caught_up(js, &leader))
+            .await
+            .map(|(at, ())| at);
         pause(progress, load, "publishing", committed, &dir).await;
         anyhow::Ok((leader, successor, killed, elected, restarting, caught))
     });
@@ -252,7 +258,11 @@ pub(crate) async fn run(ctx: &mut ClusterCtx<'_>, report: &mut Report) -> anyhow
     let found = around_kill(&delivered.logs, killed);
     let distinct: HashSet<i64> = delivered.deliveries.keys().copied().collect();
     report.figure("stream leader killed", leader.clone(), "");
-    report.figure("new stream leader", successor, "");
+    report.figure(
+        "new stream leader",
+        successor.unwrap_or_else(|| "none within the outage".to_owned()),
+        "",
+    );
     report.figure("duplicate window", window.as_secs(), "s");
     report.figure("orders published", distinct.len(), "");
     if let Some(elected) = elected {

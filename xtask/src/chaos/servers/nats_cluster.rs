@@ -176,15 +176,17 @@ impl NatsCluster {
         Ok(serde_json::from_str(body)?)
     }
 
-    /// How many messages node `name` holds in its replica of `stream`
-    /// (`None` while it has none).
-    pub(crate) async fn replica_messages(
+    /// Node `name`'s own view of `stream` (from `/jsz`), if it holds a replica.
+    async fn stream_detail(
         &self,
         name: &str,
         stream: &str,
-    ) -> anyhow::Result<Option<u64>> {
+    ) -> anyhow::Result<Option<serde_json::Value>> {
         let jsz = self.jsz(name, "accounts=true&streams=true").await?;
-        let accounts = jsz["account_details"].as_array().cloned().unwrap_or_default();
+        let accounts = jsz["account_details"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         Ok(accounts
             .iter()
             .flat_map(|account| {
@@ -193,8 +195,34 @@ impl NatsCluster {
                     .cloned()
                     .unwrap_or_default()
             })
-            .find(|detail| detail["name"].as_str() == Some(stream))
+            .find(|detail| detail["name"].as_str() == Some(stream)))
+    }
+
+    /// How many messages node `name` holds in its replica of `stream`
+    /// (`None` while it has none).
+    pub(crate) async fn replica_messages(
+        &self,
+        name: &str,
+        stream: &str,
+    ) -> anyhow::Result<Option<u64>> {
+        Ok(self
+            .stream_detail(name, stream)
+            .await?
             .and_then(|detail| detail["state"]["messages"].as_u64()))
+    }
+
+    /// The running node that says it leads `stream`, if one does. Asked of
+    /// the nodes' monitoring ports, so it answers at once during an
+    /// election (when JetStream's own stream info requests time out).
+    pub(crate) async fn stream_leader(&self, stream: &str) -> Option<String> {
+        for node in self.nodes.iter().filter(|node| node.server.is_some()) {
+            if let Ok(Some(detail)) = self.stream_detail(&node.name, stream).await
+                && detail["cluster"]["leader"].as_str() == Some(node.name.as_str())
+            {
+                return Some(node.name.clone());
+            }
+        }
+        None
     }
 
     /// SIGKILL of node `name`: gone until [`NatsCluster::restart`].
