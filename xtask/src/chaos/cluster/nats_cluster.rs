@@ -1,6 +1,7 @@
 //! Three routed JetStream nodes, a stream with three replicas, relays that
 //! publish every task through `diesel-outbox-nats` with all three URLs; the
-//! stream's leader is SIGKILLed mid-run and started again: nothing is lost,
+//! stream's leader is SIGKILLed mid-run and started again, then a relay
+//! between a publish and its completion (a replay): nothing is lost,
 //! the stream ends with exactly one message per task id, and every replica,
 //! the restarted one too, holds every message.
 
@@ -173,8 +174,11 @@ pub(crate) async fn run(ctx: &mut ClusterCtx<'_>, report: &mut Report) -> anyhow
         .await
         .context("the stream's three replicas never became current")?;
 
+    // A relay killed in the linger after a publish replays it: JetStream
+    // must drop the replay by its `Nats-Msg-Id`.
     let relay = RelaySpec {
         work_ms: 0,
+        linger_ms: 50,
         timeout_ms: 2000,
         lease_ms: 6000,
         retry_ms: 500,
@@ -190,12 +194,13 @@ pub(crate) async fn run(ctx: &mut ClusterCtx<'_>, report: &mut Report) -> anyhow
     let committed = || tally.committed().len();
     ctx.progress.phase(&format!(
         "2 producers, 3 relays publishing to a 3-node JetStream cluster; \
-         the stream leader SIGKILLed for {} s",
+         the stream leader SIGKILLed for {} s, then a relay",
         down.as_secs()
     ));
     let producing = producer::run(&db, Commit::Plain, 2, 200.0, &tally, &stop);
     let progress = &ctx.progress;
     let (cluster, js) = (&mut nats, &jetstream);
+    let (running_ref, relay_ref) = (&mut running, &relay);
     let outage = then_stop(&stop, async {
         pause(progress, load, "publishing", committed, &dir).await;
         let (leader, _) = placement(js).await?;
@@ -216,7 +221,11 @@ pub(crate) async fn run(ctx: &mut ClusterCtx<'_>, report: &mut Report) -> anyhow
         let caught = poll_until(Duration::from_secs(60), || caught_up(js, &leader))
             .await
             .map(|(at, ())| at);
-        pause(progress, load, "publishing", committed, &dir).await;
+        pause(progress, load / 2, "publishing", committed, &dir).await;
+        progress.phase("relay r1 killed (SIGKILL) and started again");
+        running_ref[0].proc.kill().await?;
+        running_ref[0] = relays.start("r1", relay_ref, run)?;
+        pause(progress, load / 2, "publishing", committed, &dir).await;
         anyhow::Ok((leader, successor, killed, elected, restarting, caught))
     });
     let ((), outage) = tokio::join!(producing, outage);
