@@ -57,7 +57,8 @@ pub(crate) struct Args {
     /// Hang on tasks marked `hang` until another relay wrote their result.
     #[arg(long)]
     pub(crate) hang: bool,
-    /// Publish each delivery to JetStream on this server.
+    /// Publish each delivery to JetStream on this server (or these,
+    /// separated by commas).
     #[arg(long)]
     pub(crate) nats_url: Option<String>,
 }

@@ -86,12 +86,22 @@ fn handler(recorder: Recorder, behaviour: Behaviour) -> impl Handler {
 #[cfg(feature = "nats")]
 pub(crate) const STREAM: &str = "CHAOS";
 
-/// The publisher of the NATS scenario: `chaos.order.created.v1`, ids `chaos:<task id>`.
+/// A client of the NATS server at `url`, or of a cluster: `url` may name
+/// several servers separated by commas (`nats://a:4222,nats://b:4222`), and
+/// the client fails over between them.
+#[cfg(feature = "nats")]
+pub(crate) async fn connect(url: &str) -> anyhow::Result<async_nats::Client> {
+    let servers: Vec<&str> = url.split(',').map(str::trim).collect();
+    async_nats::connect(servers.as_slice())
+        .await
+        .map_err(|error| anyhow::anyhow!("connecting to NATS at {url}: {error}"))
+}
+
+/// The publisher of the NATS scenarios: `chaos.order.created.v1`, ids
+/// `chaos:<task id>`, on the server or servers `url` names (see [`connect`]).
 #[cfg(feature = "nats")]
 pub(crate) async fn publisher(url: &str) -> anyhow::Result<diesel_outbox_nats::JetStreamPublisher> {
-    let client = async_nats::connect(url)
-        .await
-        .map_err(|error| anyhow::anyhow!("connecting to NATS at {url}: {error}"))?;
+    let client = connect(url).await?;
     Ok(
         diesel_outbox_nats::JetStreamPublisher::builder(async_nats::jetstream::new(client))
             .subject_prefix("chaos")

@@ -21,7 +21,7 @@ use crate::chaos::{
 
 /// Every message in the stream: how many, and their task ids.
 async fn stream_ids(url: &str) -> anyhow::Result<(u64, Vec<i64>)> {
-    let jetstream = async_nats::jetstream::new(async_nats::connect(url).await?);
+    let jetstream = async_nats::jetstream::new(crate::chaos::effect::connect(url).await?);
     let mut stream = jetstream.get_stream(STREAM).await?;
     let state = stream.info().await?.state.clone();
     let mut ids = Vec::new();
@@ -34,6 +34,33 @@ async fn stream_ids(url: &str) -> anyhow::Result<(u64, Vec<i64>)> {
         }
     }
     Ok((state.messages, ids))
+}
+
+/// Checks that the stream holds exactly one message per task id of `db`:
+/// as many messages as tasks, and every task id among them.
+pub(crate) async fn check_one_per_task<B: ChaosDb>(
+    db: &B,
+    url: &str,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let tasks: HashSet<i64> = db::task_ids(db)
+        .await?
+        .into_iter()
+        .map(|id| id.get())
+        .collect();
+    let (messages, ids) = stream_ids(url).await?;
+    let distinct: HashSet<i64> = ids.iter().copied().collect();
+    let exact = distinct == tasks && ids.len() == tasks.len();
+    report.check(
+        "one message per task id",
+        exact,
+        format!(
+            "{messages} messages, {} distinct task ids, {} tasks",
+            distinct.len(),
+            tasks.len()
+        ),
+    );
+    Ok(())
 }
 
 pub(crate) async fn run<B: ChaosDb>(
@@ -101,23 +128,7 @@ pub(crate) async fn run<B: ChaosDb>(
     )
     .await?;
 
-    let tasks: HashSet<i64> = db::task_ids(&setup.db)
-        .await?
-        .into_iter()
-        .map(|id| id.get())
-        .collect();
-    let (messages, ids) = stream_ids(&url).await?;
-    let distinct: HashSet<i64> = ids.iter().copied().collect();
-    let exact = distinct == tasks && ids.len() == tasks.len();
-    report.check(
-        "one message per task id",
-        exact,
-        format!(
-            "{messages} messages, {} distinct task ids, {} tasks",
-            distinct.len(),
-            tasks.len()
-        ),
-    );
+    check_one_per_task(&setup.db, &url, report).await?;
     let (mut begun, mut done) = (0usize, 0usize);
     let mut replays = 0;
     let mut first_after = None::<u64>;

@@ -6,6 +6,8 @@
 pub(crate) mod mariadb;
 #[cfg(feature = "nats")]
 pub(crate) mod nats;
+#[cfg(feature = "nats")]
+pub(crate) mod nats_cluster;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 
