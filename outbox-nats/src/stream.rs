@@ -10,7 +10,8 @@ use crate::{JetStreamPublisher, NatsError, subject};
 pub const DEFAULT_DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 
 /// The stream a publisher writes to: its name, the subjects it must capture,
-/// and how long it remembers message ids to drop replays.
+/// how long it remembers message ids to drop replays, and on how many
+/// servers of a cluster it keeps each message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamSpec {
     /// Stream name.
@@ -19,11 +20,15 @@ pub struct StreamSpec {
     pub subjects: Vec<String>,
     /// How long JetStream drops a replayed `Nats-Msg-Id`.
     pub duplicate_window: Duration,
+    /// Servers holding a copy of each message (1 on a single server; 3 on a
+    /// three-node cluster, so one node can be lost without losing a write
+    /// or the stream's quorum).
+    pub replicas: usize,
 }
 
 impl StreamSpec {
     /// A stream named `name` capturing `subjects`, with the default
-    /// two-minute duplicate window.
+    /// two-minute duplicate window, on one server.
     pub fn new(
         name: impl Into<String>,
         subjects: impl IntoIterator<Item = impl Into<String>>,
@@ -32,6 +37,7 @@ impl StreamSpec {
             name: name.into(),
             subjects: subjects.into_iter().map(Into::into).collect(),
             duplicate_window: DEFAULT_DUPLICATE_WINDOW,
+            replicas: 1,
         }
     }
 
@@ -50,14 +56,24 @@ impl StreamSpec {
         self
     }
 
+    /// Keep each message on `replicas` servers of the cluster (at most 5,
+    /// JetStream's limit). A publish is acknowledged once a majority of
+    /// them stored it.
+    pub fn replicas(mut self, replicas: usize) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
     /// Creates the stream if it does not exist; if it does, checks that it
-    /// captures every subject of this spec and keeps duplicates at least as
-    /// long. An existing stream is never changed.
+    /// captures every subject of this spec, keeps duplicates at least as
+    /// long and has at least as many replicas. An existing stream is never
+    /// changed.
     pub async fn ensure(&self, jetstream: &jetstream::Context) -> Result<stream::Info, NatsError> {
         let config = stream::Config {
             name: self.name.clone(),
             subjects: self.subjects.clone(),
             duplicate_window: self.duplicate_window,
+            num_replicas: self.replicas,
             ..Default::default()
         };
         let mut stream = jetstream
@@ -90,6 +106,15 @@ impl StreamSpec {
                 stream: self.name.clone(),
                 actual: info.config.duplicate_window,
                 required: self.duplicate_window,
+            });
+        }
+        if info.config.num_replicas < self.replicas {
+            return Err(NatsError::StreamMismatch {
+                stream: self.name.clone(),
+                reason: format!(
+                    "it keeps {} replicas, fewer than the {} required",
+                    info.config.num_replicas, self.replicas
+                ),
             });
         }
         Ok(info)

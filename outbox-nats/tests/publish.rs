@@ -242,6 +242,16 @@ async fn stream_spec_creates_or_checks_the_stream() {
         other.ensure(stream.jetstream()).await,
         Err(NatsError::StreamMismatch { .. })
     ));
+    // The stream was made on one server; a spec wanting three copies of
+    // every message must not accept it.
+    assert_eq!(created.config.num_replicas, 1);
+    let replicated = spec.clone().replicas(3);
+    match replicated.ensure(stream.jetstream()).await {
+        Err(NatsError::StreamMismatch { reason, .. }) => {
+            assert!(reason.contains("replicas"), "{reason}");
+        }
+        other => panic!("a one-replica stream accepted for three: {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -150,19 +150,12 @@ pub(crate) async fn run(ctx: &mut ClusterCtx<'_>, report: &mut Report) -> anyhow
     let mut relays = Relays::new(Backend::Postgres, &pg.url(name), dir.clone());
 
     let jetstream = jetstream::new(effect::connect(&urls).await?);
-    let spec = StreamSpec::for_publisher(STREAM, &publisher(&urls).await?).duplicate_window(window);
-    jetstream
-        .create_stream(stream::Config {
-            name: spec.name.clone(),
-            subjects: spec.subjects.clone(),
-            duplicate_window: spec.duplicate_window,
-            num_replicas: NODES,
-            ..Default::default()
-        })
+    let spec = StreamSpec::for_publisher(STREAM, &publisher(&urls).await?)
+        .duplicate_window(window)
+        .replicas(NODES);
+    spec.ensure(&jetstream)
         .await
         .context("creating the replicated stream")?;
-    // What a relay's start-up check would say of the stream.
-    spec.ensure(&jetstream).await?;
     let everyone_current = || async {
         let (leader, replicas) = placement(&jetstream).await?;
         let current = !leader.is_empty()
