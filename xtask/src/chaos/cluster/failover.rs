@@ -191,10 +191,12 @@ async fn variant(
     let setup: PgTestDb = db::create(&primary.admin_url(), DATABASE).await?;
     setup.execute_sql(WAKE_TRIGGER).await?;
     drop(setup);
+    // The standby first: only `target_session_attrs=read-write` keeps
+    // connections off it while it is read-only.
     let url = format!(
         "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{DATABASE}?target_session_attrs=read-write",
-        primary.port(),
-        standby.port()
+        standby.port(),
+        primary.port()
     );
     let db = PgTestDb::attach(&url).await?;
     let dir = ctx.run.subdir(&format!("failover-{name}"))?;
