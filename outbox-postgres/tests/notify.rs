@@ -90,3 +90,88 @@ async fn asleep_since_last_check(conn: &mut AsyncPgConnection) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+#[derive(QueryableByName)]
+struct Listener {
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pid: i32,
+}
+
+/// The pid of the session listening for the relay other than `not`, once
+/// there is one, at most `limit`.
+async fn listener(conn: &mut AsyncPgConnection, not: i32, limit: Duration) -> Option<i32> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        let found: Vec<Listener> = diesel::sql_query(
+            "SELECT pid FROM pg_stat_activity
+              WHERE datname = current_database() AND query = 'LISTEN outbox_tasks'
+                AND pid <> $1",
+        )
+        .bind::<diesel::sql_types::Integer, _>(not)
+        .load(conn)
+        .await
+        .expect("pg_stat_activity");
+        if let Some(row) = found.into_iter().next() {
+            return Some(row.pid);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+/// The server ends the relay's LISTEN session (as when a primary goes away
+/// and a standby is promoted): the relay listens again at once, not only
+/// after its purge interval, and wake-ups bring tasks in long before its
+/// poll again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_session_the_server_ended_is_replaced_at_once() {
+    let db = PgTestDb::create("notify_relisten")
+        .await
+        .expect("test database");
+    let store: PgStore = db.store().clone().with_notify();
+    let (mock, handle) = handler::recording();
+    let registry = Registry::builder()
+        .handler("order.created", 1, mock)
+        .build()
+        .expect("registry");
+    let worker = Worker::new(store.clone(), registry).expect("worker");
+    // The purge interval (60 s) is far beyond the waits below.
+    let config = RelayConfig::default().poll_interval(Duration::from_secs(10));
+    let relay = Relay::new(worker, config).expect("relay");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { relay.run(shutdown).await }
+    });
+
+    let mut conn = db.connect().await.expect("connect");
+    let first = listener(&mut conn, 0, Duration::from_secs(5))
+        .await
+        .expect("the relay never listened");
+    diesel::sql_query("SELECT pg_terminate_backend($1)")
+        .bind::<diesel::sql_types::Integer, _>(first)
+        .execute(&mut conn)
+        .await
+        .expect("terminate the LISTEN session");
+    let second = listener(&mut conn, first, Duration::from_secs(5)).await;
+    assert!(
+        second.is_some(),
+        "the relay did not listen again within 5 s of losing its session"
+    );
+
+    asleep_since_last_check(&mut conn).await;
+    let committed = conn
+        .transaction::<_, anyhow::Error, _>(async |tx| {
+            Ok(store
+                .enqueue(tx, Task::new("order.created", 1, "after".to_owned()))
+                .await?)
+        })
+        .await
+        .expect("enqueue");
+    tokio::time::timeout(Duration::from_secs(2), handle.wait_for_successes(1))
+        .await
+        .expect("the task waited for the 10 s poll: no wake-up after the session ended");
+    assert_eq!(handle.succeeded_ids()[0], committed);
+    shutdown.cancel();
+    running.await.expect("relay");
+}

@@ -137,6 +137,19 @@ mod tests {
     }
 
     #[test]
+    fn keeps_every_host_of_a_multi_host_url() {
+        let url = "postgres://app@10.0.0.1:5432,10.0.0.2:5433/test?target_session_attrs=read-write";
+        assert_eq!(
+            with_database(url, "t4"),
+            "postgres://app@10.0.0.1:5432,10.0.0.2:5433/t4?target_session_attrs=read-write"
+        );
+        assert_eq!(
+            server_and_database(url),
+            ("10.0.0.1:5432,10.0.0.2:5433", "test")
+        );
+    }
+
+    #[test]
     fn names_are_safe_unique_and_short() {
         let a = database_name("Send::Concurrent-Calls once");
         let b = database_name("Send::Concurrent-Calls once");

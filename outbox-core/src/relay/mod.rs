@@ -117,7 +117,7 @@ impl<S: Maintenance> Relay<S> {
             .poll_interval
             .min(self.worker.config().lease_duration / 4);
         let mut writer = ResultWriter::new(config.write_delay, config.batch_size, retry_delay);
-        let mut wakeups = self.subscribe(&mut report).await;
+        let (mut wakeups, mut resubscribe_in) = self.subscribe(&mut report).await;
         // The maintenance task wakes the claim loop when it made tasks
         // available; the claim loop wakes it when the next due time may
         // have moved (a retry written, a wake-up for new tasks).
@@ -132,7 +132,7 @@ impl<S: Maintenance> Relay<S> {
             rescheduled.clone(),
             stop_maintaining.clone(),
         )));
-        let mut resubscribe_at = later(Instant::now(), config.purge_interval);
+        let mut resubscribe_at = later(Instant::now(), resubscribe_in);
         // A claim takes only as many tasks as there are free handler slots,
         // so no claim waits in a queue while its lease runs down. While a
         // backlog remains, claim again once half the slots are free, so
@@ -152,8 +152,8 @@ impl<S: Maintenance> Relay<S> {
         let mut idle_write = false;
         while !shutdown.is_cancelled() {
             if wakeups.is_none() && Instant::now() >= resubscribe_at {
-                wakeups = self.subscribe(&mut report).await;
-                resubscribe_at = later(Instant::now(), config.purge_interval);
+                (wakeups, resubscribe_in) = self.subscribe(&mut report).await;
+                resubscribe_at = later(Instant::now(), resubscribe_in);
             }
             inflight.reap(&mut writer);
             if !writer.is_writing() {
@@ -224,8 +224,12 @@ impl<S: Maintenance> Relay<S> {
                     // New tasks may be scheduled for later.
                     rescheduled.notify_one();
                     if woken.is_none() {
+                        // Its connection ended (the server restarted, or a
+                        // standby was promoted): subscribe again at once,
+                        // on whichever server the pool reaches now.
                         tracing::warn!("relay lost its wake-up stream; polling until it resubscribes");
                         wakeups = None;
+                        resubscribe_at = Instant::now();
                     }
                 }
             }
@@ -368,13 +372,17 @@ impl<S: Maintenance> Relay<S> {
         }
     }
 
-    async fn subscribe(&self, report: &mut RelayReport) -> Option<Wakeups> {
+    /// Subscribes to the store's wake-ups, and says when to try again if
+    /// there are none: after the poll interval when subscribing failed (the
+    /// database may be back by then), after the purge interval when the
+    /// store offers none.
+    async fn subscribe(&self, report: &mut RelayReport) -> (Option<Wakeups>, Duration) {
         match self.worker.store().wakeups().await {
-            Ok(wakeups) => wakeups,
+            Ok(wakeups) => (wakeups, self.config.purge_interval),
             Err(error) => {
                 report.errors += 1;
                 tracing::warn!(error = %error.chain(), "relay could not subscribe to wake-ups; polling");
-                None
+                (None, self.config.poll_interval)
             }
         }
     }

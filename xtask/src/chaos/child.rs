@@ -57,6 +57,9 @@ pub(crate) struct Args {
     /// Hang on tasks marked `hang` until another relay wrote their result.
     #[arg(long)]
     pub(crate) hang: bool,
+    /// Listen for wake-ups at commit (PostgreSQL's NOTIFY) beside polling.
+    #[arg(long)]
+    pub(crate) notify: bool,
     /// Publish each delivery to JetStream on this server (or these,
     /// separated by commas).
     #[arg(long)]
@@ -114,8 +117,14 @@ async fn relay<B: ChaosDb>(args: Args) -> anyhow::Result<()> {
     };
     #[cfg(not(feature = "nats"))]
     anyhow::ensure!(args.nats_url.is_none(), "xtask was built without `nats`");
+    let store = match args.notify {
+        true => db
+            .notifying_store()
+            .ok_or_else(|| anyhow::anyhow!("this backend has no wake-ups at commit"))?,
+        false => db.store().clone(),
+    };
     let worker = Worker::with_config(
-        Probe::new(db.store().clone(), recorder.clone()),
+        Probe::new(store, recorder.clone()),
         effect::registry(recorder, behaviour)?,
         args.worker_config()?,
     )?;

@@ -23,6 +23,9 @@ pub(crate) struct RelaySpec {
     pub(crate) fail_first: bool,
     pub(crate) hang: bool,
     pub(crate) nats_url: Option<String>,
+    /// Listen for wake-ups at commit where the backend can (PostgreSQL's
+    /// NOTIFY), beside polling.
+    pub(crate) notify: bool,
     /// Offset of the process's wall clock, in libfaketime's `FAKETIME`
     /// syntax (`+3600` is an hour ahead).
     pub(crate) clock_offset: Option<String>,
@@ -41,6 +44,7 @@ impl Default for RelaySpec {
             fail_first: false,
             hang: false,
             nats_url: None,
+            notify: false,
             clock_offset: None,
         }
     }
@@ -104,6 +108,9 @@ impl Relays {
         }
         if spec.hang {
             command.arg("--hang");
+        }
+        if spec.notify {
+            command.arg("--notify");
         }
         if let Some(url) = &spec.nats_url {
             command.args(["--nats-url", url]);
