@@ -145,6 +145,11 @@ pub struct Operations;
 #[doc = include_str!("../../../docs/consuming.md")]
 pub struct Consuming;
 
+/// `docs/scaling.md`, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/scaling.md")]
+pub struct Scaling;
+
 /// `docs/testing.md`, compiled as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/testing.md")]
