@@ -103,11 +103,24 @@ impl<S: Store> Store for Probe<S> {
     }
 }
 
-/// The database kind of `error` (`deadlock`, `connection`, ...), or `other`.
-fn kind_of(error: &diesel_outbox_core::Error) -> &'static str {
-    error
+/// The database kind of `error` (`deadlock`, `connection`, ...), or `other`;
+/// for an error that is not retryable, followed by the start of its message
+/// (spaces as `_`), so the record says what it was.
+fn kind_of(error: &diesel_outbox_core::Error) -> String {
+    let kind = error
         .database_kind()
-        .map_or("other", diesel_outbox_core::DatabaseErrorKind::as_str)
+        .map_or("other", diesel_outbox_core::DatabaseErrorKind::as_str);
+    if error.is_retryable() {
+        return kind.to_owned();
+    }
+    let text: String = error
+        .chain()
+        .to_string()
+        .chars()
+        .take(100)
+        .map(|c| if c.is_whitespace() { '_' } else { c })
+        .collect();
+    format!("{kind} {text}")
 }
 
 impl<S: Maintenance> Maintenance for Probe<S> {

@@ -143,10 +143,13 @@ async fn unsucceeded(db: &MysqlTestDb) -> anyhow::Result<Vec<Unsucceeded>> {
     .await?)
 }
 
-/// How many `claimerr` and `writeerr` lines of each error kind the record
-/// files in `dir` hold: `("claim deadlock", 12)`, ...
-fn store_errors(dir: &Path) -> anyhow::Result<Vec<(String, usize)>> {
+/// The failed claims and writes the relays recorded: how many of each
+/// error kind (`("claim deadlock", 12)`, ...), and the errors that were not
+/// retryable (the probe follows their kind with their message).
+#[allow(clippy::type_complexity)]
+fn store_errors(dir: &Path) -> anyhow::Result<(Vec<(String, usize)>, Vec<String>)> {
     let mut counts: HashMap<String, usize> = HashMap::new();
+    let mut not_retryable = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         if path.extension().is_none_or(|ext| ext != "log") {
@@ -154,17 +157,20 @@ fn store_errors(dir: &Path) -> anyhow::Result<Vec<(String, usize)>> {
         }
         for line in std::fs::read_to_string(&path)?.lines() {
             let words: Vec<&str> = line.split_whitespace().collect();
-            let key = match words.as_slice() {
-                [_, "claimerr", kind, ..] => format!("claim {kind}"),
-                [_, "writeerr", _, kind, ..] => format!("write {kind}"),
+            let (key, message) = match words.as_slice() {
+                [_, "claimerr", kind, message @ ..] => (format!("claim {kind}"), message),
+                [_, "writeerr", _, kind, message @ ..] => (format!("write {kind}"), message),
                 _ => continue,
             };
+            if !message.is_empty() {
+                not_retryable.push(format!("{key}: {}", message.join(" ").replace('_', " ")));
+            }
             *counts.entry(key).or_default() += 1;
         }
     }
     let mut counts: Vec<(String, usize)> = counts.into_iter().collect();
     counts.sort();
-    Ok(counts)
+    Ok((counts, not_retryable))
 }
 
 /// Kinds of the producers' failed commits, counted by their first line.
@@ -387,7 +393,19 @@ pub(crate) async fn run(ctx: &mut ClusterCtx<'_>, report: &mut Report) -> anyhow
     );
     report.figure("tasks that relay held unwritten", held, "");
     report.figure("other duplicates", others, "");
-    for (what, n) in store_errors(&dir)? {
+    let (errors, not_retryable) = store_errors(&dir)?;
+    report.check(
+        "relay errors retryable (certification conflicts, a joining node)",
+        not_retryable.is_empty(),
+        match not_retryable.first() {
+            None => format!(
+                "{} failed claims and writes, all retryable",
+                errors.iter().map(|(_, n)| n).sum::<usize>()
+            ),
+            Some(first) => format!("{} not retryable; first: {first}", not_retryable.len()),
+        },
+    );
+    for (what, n) in errors {
         report.figure(&format!("relay {what} errors"), n, "");
     }
     let producer_errors: Vec<String> = tallies
