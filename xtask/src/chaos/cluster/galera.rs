@@ -143,11 +143,13 @@ async fn unsucceeded(db: &MysqlTestDb) -> anyhow::Result<Vec<Unsucceeded>> {
     .await?)
 }
 
+/// How many of each kind, by name.
+type Counts = Vec<(String, usize)>;
+
 /// The failed claims and writes the relays recorded: how many of each
 /// error kind (`("claim deadlock", 12)`, ...), and the errors that were not
 /// retryable (the probe follows their kind with their message).
-#[allow(clippy::type_complexity)]
-fn store_errors(dir: &Path) -> anyhow::Result<(Vec<(String, usize)>, Vec<String>)> {
+fn store_errors(dir: &Path) -> anyhow::Result<(Counts, Vec<String>)> {
     let mut counts: HashMap<String, usize> = HashMap::new();
     let mut not_retryable = Vec::new();
     for entry in std::fs::read_dir(dir)? {
@@ -181,7 +183,7 @@ fn error_kinds(errors: impl IntoIterator<Item = String>) -> String {
         *counts.entry(head).or_default() += 1;
     }
     let mut counts: Vec<(String, usize)> = counts.into_iter().collect();
-    counts.sort_by(|a, b| b.1.cmp(&a.1));
+    counts.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
     counts
         .iter()
         .take(4)
@@ -385,6 +387,11 @@ pub(crate) async fn run(ctx: &mut ClusterCtx<'_>, report: &mut Report) -> anyhow
         .filter(|log| log.owner.starts_with(&victim_relay))
         .map(|log| log.held().len())
         .sum::<usize>();
+    report.check(
+        "duplicates from the killed node's relay <= what it held",
+        from_victim <= held,
+        format!("{from_victim} duplicates, {held} tasks held unwritten"),
+    );
     report.figure("tasks", returned.len(), "");
     report.figure(
         "duplicates first delivered by the killed node's relay",

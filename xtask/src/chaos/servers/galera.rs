@@ -2,11 +2,12 @@
 //! option files read, each with its own data directory, socket, pid file,
 //! SQL port and Galera ports (group communication, IST, SST) on loopback.
 //!
-//! As root, the nodes run as the `mysql` user. The first node is installed with `mariadb-install-db` and bootstraps the
-//! cluster (`--wsrep-new-cluster`); the others start on empty data
-//! directories and receive a full copy (SST over rsync) when they join. A
-//! node killed later rejoins with only what it missed (IST) when the
-//! others' write-set cache still holds it, else with a full copy.
+//! As root, the nodes run as the `mysql` user. The first node is installed
+//! with `mariadb-install-db` and bootstraps the cluster
+//! (`--wsrep-new-cluster`); the others start on empty data directories and
+//! receive a full copy (SST over rsync) when they join. A node killed later
+//! takes a full copy again (its position is unknown after a crash), then the
+//! write sets committed meanwhile (IST).
 
 use std::{collections::HashMap, os::unix::fs::chown, path::PathBuf, time::Duration};
 
@@ -77,9 +78,10 @@ impl GaleraCluster {
             let dir = run.subdir(&format!("galera-{name}"))?;
             let data = dir.join("data");
             std::fs::create_dir(&data)?;
+            std::fs::create_dir(dir.join("tmp"))?;
             if let Some((uid, gid)) = user {
-                for path in [&dir, &data] {
-                    chown(path, Some(uid), Some(gid))
+                for path in [dir.clone(), data, dir.join("tmp")] {
+                    chown(&path, Some(uid), Some(gid))
                         .context("handing a node's directories to mysql")?;
                 }
             }
@@ -149,6 +151,9 @@ impl GaleraCluster {
             "--bind-address=127.0.0.1".to_owned(),
             format!("--socket={}", node.dir.join("mariadb.sock").display()),
             format!("--pid-file={}", node.dir.join("mariadb.pid").display()),
+            // Internal temporary tables of their own: nodes sharing `/tmp`
+            // name them alike and remove each other's.
+            format!("--tmpdir={}", node.dir.join("tmp").display()),
             "--max-connections=300".to_owned(),
             "--innodb-buffer-pool-size=64M".to_owned(),
             "--innodb-flush-log-at-trx-commit=2".to_owned(),
