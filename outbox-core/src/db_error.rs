@@ -13,7 +13,8 @@ use std::fmt;
 #[non_exhaustive]
 pub enum DatabaseErrorKind {
     /// The connection was lost, refused or closed, or the server is shutting
-    /// down or terminated the session.
+    /// down or terminated the session, or (a cluster node not yet synced,
+    /// such as a joining Galera node) accepts no statements for now.
     Connection,
     /// The pool had no connection to give in time.
     PoolTimeout,

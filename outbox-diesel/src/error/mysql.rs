@@ -9,6 +9,19 @@ use super::{Classified, by_message};
 /// and error number; longer starts before shorter ones they begin with.
 const MESSAGES: &[(&str, DatabaseErrorKind, &str)] = &[
     ("Deadlock found when trying to get lock", Deadlock, "1213"),
+    // Galera's words for a transaction that lost certification to another
+    // node's, or was aborted by a write set applied from one (Percona
+    // XtraDB Cluster; MariaDB says "Deadlock found").
+    ("WSREP detected deadlock/conflict", Deadlock, "1213"),
+    ("Deadlock: wsrep aborted transaction", Deadlock, "1213"),
+    // A Galera node that is joining, or cut off from the cluster's primary
+    // component, refuses statements until it is synced: it passes, or
+    // another node serves, like a lost connection.
+    (
+        "WSREP has not yet prepared node for application use",
+        Connection,
+        "1047",
+    ),
     ("Lock wait timeout exceeded", LockTimeout, "1205"),
     (
         "Statement aborted because lock(s) could not be acquired immediately",

@@ -245,6 +245,41 @@ fn mysql_codes_come_from_kinds_and_messages() {
     }
 }
 
+/// Galera (MariaDB Galera Cluster, Percona XtraDB Cluster): a transaction
+/// that lost certification to another node's, or was aborted by a write set
+/// applied from another node, is a deadlock, tried again; a node that is
+/// joining or has lost the cluster refuses every statement until it is
+/// synced, which passes like a lost connection (or on another node).
+#[test]
+fn galera_conflicts_and_unready_nodes_are_retryable() {
+    for (message, ours, code) in [
+        (
+            "Deadlock found when trying to get lock; try restarting transaction",
+            DatabaseErrorKind::Deadlock,
+            "1213",
+        ),
+        (
+            "WSREP detected deadlock/conflict and aborted the transaction. \
+             Try restarting the transaction",
+            DatabaseErrorKind::Deadlock,
+            "1213",
+        ),
+        (
+            "Deadlock: wsrep aborted transaction",
+            DatabaseErrorKind::Deadlock,
+            "1213",
+        ),
+        (
+            "WSREP has not yet prepared node for application use",
+            DatabaseErrorKind::Connection,
+            "1047",
+        ),
+    ] {
+        let error = mysql_error(server(Kind::Unknown, message));
+        assert_classified(&error, ours, Some(code), true);
+    }
+}
+
 #[test]
 fn sqlite_codes_come_from_kinds_and_messages() {
     for (kind, message, ours, code, retryable) in [

@@ -50,7 +50,15 @@ impl<S: Store> Store for Probe<S> {
     }
 
     async fn claim_due(&self, request: &BatchRequest) -> Result<Vec<Record>> {
-        let records = self.inner.claim_due(request).await?;
+        let records = match self.inner.claim_due(request).await {
+            Ok(records) => records,
+            Err(error) => {
+                self.recorder
+                    .line(&format!("claimerr {}", kind_of(&error)))
+                    .ok();
+                return Err(error);
+            }
+        };
         if !records.is_empty() {
             self.recorder
                 .claims(records.iter().map(|r| (r.id.get(), r.attempts)));
@@ -71,7 +79,11 @@ impl<S: Store> Store for Probe<S> {
             }
             Err(error) => {
                 self.recorder
-                    .line(&format!("writeerr {}", completions.len()))
+                    .line(&format!(
+                        "writeerr {} {}",
+                        completions.len(),
+                        kind_of(&error)
+                    ))
                     .ok();
                 Err(error)
             }
@@ -89,6 +101,26 @@ impl<S: Store> Store for Probe<S> {
     async fn rescue(&self, limit: u32) -> Result<Rescued> {
         self.inner.rescue(limit).await
     }
+}
+
+/// The database kind of `error` (`deadlock`, `connection`, ...), or `other`;
+/// for an error that is not retryable, followed by the start of its message
+/// (spaces as `_`), so the record says what it was.
+fn kind_of(error: &diesel_outbox_core::Error) -> String {
+    let kind = error
+        .database_kind()
+        .map_or("other", diesel_outbox_core::DatabaseErrorKind::as_str);
+    if error.is_retryable() {
+        return kind.to_owned();
+    }
+    let text: String = error
+        .chain()
+        .to_string()
+        .chars()
+        .take(100)
+        .map(|c| if c.is_whitespace() { '_' } else { c })
+        .collect();
+    format!("{kind} {text}")
 }
 
 impl<S: Maintenance> Maintenance for Probe<S> {

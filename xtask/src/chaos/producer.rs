@@ -29,6 +29,15 @@ pub(crate) struct Tally {
 }
 
 impl Tally {
+    /// A tally whose first order is `after + 1`, so that producers counting
+    /// apart never pick the same order id.
+    pub(crate) fn starting_after(after: i64) -> Self {
+        Self {
+            next_order: AtomicI64::new(after),
+            ..Self::default()
+        }
+    }
+
     /// The next order id.
     pub(crate) fn next_order(&self) -> i64 {
         self.next_order.fetch_add(1, Ordering::SeqCst) + 1

@@ -16,7 +16,8 @@
 //! | `done` | `<id> <attempt> <order> <0/1: JetStream dropped it as a replay>` | when a handler's effect happened, right before it returns `Ok` |
 //! | `fail` | `<id> <attempt> <order>` | when a handler returns an error |
 //! | `write` | `<applied> <id>:<attempt>...` | after the store wrote these results (`applied` still matched their claims) |
-//! | `writeerr` | `<results>` | after a write of results failed |
+//! | `writeerr` | `<results> <error kind>` | after a write of results failed |
+//! | `claimerr` | `<error kind>` | after a claim failed (read by the Galera scenario only) |
 
 use std::{
     collections::HashMap,

@@ -1,7 +1,9 @@
 //! Private server instances, started for this run and never shared: a
-//! PostgreSQL cluster, a MariaDB server and a NATS server, each on a free
-//! port with its data under the run directory.
+//! PostgreSQL cluster, a MariaDB server (or a Galera cluster of them) and a
+//! NATS server, each on a free port with its data under the run directory.
 
+#[cfg(feature = "mysql")]
+pub(crate) mod galera;
 #[cfg(feature = "mysql")]
 pub(crate) mod mariadb;
 #[cfg(feature = "nats")]
