@@ -34,6 +34,9 @@ impl MariaDbServer {
             "--bind-address=127.0.0.1".to_owned(),
             format!("--socket={}", self.dir.join("mariadb.sock").display()),
             format!("--pid-file={}", self.dir.join("mariadb.pid").display()),
+            // Its own directory for temporary tables: servers sharing one
+            // name theirs alike and remove each other's files.
+            format!("--tmpdir={}", self.dir.join("mariadb-tmp").display()),
             "--skip-log-bin".to_owned(),
             "--max-connections=300".to_owned(),
             "--innodb-buffer-pool-size=64M".to_owned(),
@@ -64,6 +67,7 @@ impl DbServer for MariaDbServer {
         let dir = run.path().to_path_buf();
         let data = dir.join("mariadb");
         std::fs::create_dir(&data)?;
+        std::fs::create_dir(dir.join("mariadb-tmp"))?;
         let out = std::fs::File::create(dir.join("mariadb-install-db.log"))?;
         let mut install = Command::new("mariadb-install-db");
         install.arg("--no-defaults");
