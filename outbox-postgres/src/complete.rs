@@ -19,6 +19,15 @@ use crate::{keys, store_transaction::store_transaction};
 
 /// Applies each result only while `id`, `lease_owner` and `attempts` still
 /// match its claim and the task is running ([`transition::complete`] in SQL).
+///
+/// The running check is written `t.status || '' = 'running'` so that it
+/// cannot select the partial index of running tasks: each row is reached
+/// from the batch through the primary key. Planner statistics of a queue
+/// table are stale by nature (taken when the tasks were still available),
+/// and with `status = 'running'` written plainly the planner walks that
+/// index instead, past every entry the claims and completions before left
+/// in it until vacuum, and joins the batch to all of it: measured on a
+/// 20,000-task drain, 75 ms per write of 100 instead of 3 ms.
 const COMPLETE: &str = "\
 UPDATE outbox_tasks t SET
     status = c.status,
@@ -35,17 +44,18 @@ FROM unnest($1::int8[], $2::text[], $3::int8[], $4::text[], $5::int8[], $6::text
             $7::bool[])
      AS c(id, owner, attempt, status, retry_us, last_error, released)
 WHERE t.id = c.id AND t.lease_owner = c.owner AND t.attempts = c.attempt
-  AND t.status = 'running'
+  AND t.status || '' = 'running'
 RETURNING t.id, t.attempts";
 
 /// The common case, all succeeded for one owner: fewer arrays to send and a
-/// simpler plan.
+/// simpler plan (the running check written as in [`COMPLETE`]).
 const SUCCEED: &str = "\
 UPDATE outbox_tasks t SET
     status = 'succeeded', last_error = '', lease_owner = NULL, lease_expires_at = NULL,
     finished_at = now(), updated_at = now()
 FROM unnest($1::int8[], $2::int8[]) AS c(id, attempt)
-WHERE t.id = c.id AND t.attempts = c.attempt AND t.lease_owner = $3 AND t.status = 'running'
+WHERE t.id = c.id AND t.attempts = c.attempt AND t.lease_owner = $3
+  AND t.status || '' = 'running'
 RETURNING t.id, t.attempts";
 
 /// A claim whose result applied.

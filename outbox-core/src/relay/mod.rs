@@ -10,6 +10,7 @@
 //! distributed lock: claims never overlap and completion writes are fenced.
 
 mod config;
+mod cursor;
 mod inflight;
 pub(crate) mod maintainer;
 mod writer;
@@ -23,7 +24,7 @@ use tracing::{Instrument, Span};
 
 pub use config::RelayConfig;
 
-use self::{inflight::Inflight, writer::ResultWriter};
+use self::{cursor::Cursor, inflight::Inflight, writer::ResultWriter};
 use crate::{BatchRequest, Maintenance, Result, Status, Wakeups, Worker, telemetry, transition};
 
 /// What one [`Relay::run`] did.
@@ -143,6 +144,8 @@ impl<S: Maintenance> Relay<S> {
         // or when handler slots free up under a backlog.
         let mut claim_now = true;
         let mut more = false;
+        // Under a backlog each claim continues after the last one.
+        let mut cursor = Cursor::new(config.poll_interval);
         let mut poll_at: Option<Instant> = None;
         // The claim under way, in a task of its own so handlers' results are
         // taken and written while it runs.
@@ -181,7 +184,8 @@ impl<S: Maintenance> Relay<S> {
                 && !backpressure
             {
                 claim_now = false;
-                claiming = Some(self.start_claim(free.min(config.batch_size)));
+                let after = cursor.next(Instant::now());
+                claiming = Some(self.start_claim(free.min(config.batch_size), after));
             }
             let write_at = writer.deadline();
             tokio::select! {
@@ -192,8 +196,14 @@ impl<S: Maintenance> Relay<S> {
                 }
                 claimed = claimed(&mut claiming), if claiming.is_some() => {
                     let Some(claim) = claiming.take() else { continue };
-                    let started =
-                        self.started(claimed, &claim, &mut inflight, &mut writer, &mut report);
+                    let started = self.started(
+                        claimed,
+                        &claim,
+                        &mut inflight,
+                        &mut writer,
+                        &mut cursor,
+                        &mut report,
+                    );
                     more = started == Ok(true);
                     // The poll timer restarts only after a claim, so handlers
                     // finishing all the time never hold the next poll back.
@@ -285,12 +295,13 @@ impl<S: Maintenance> Relay<S> {
         report
     }
 
-    /// Starts claiming up to `limit` available tasks in a task of its own.
-    fn start_claim(&self, limit: usize) -> Claiming {
+    /// Starts claiming up to `limit` available tasks with ids above `after`
+    /// in a task of its own.
+    fn start_claim(&self, limit: usize, after: Option<crate::TaskId>) -> Claiming {
         let request = BatchRequest {
             lease: self.worker.lease_request(),
             limit,
-            after: None,
+            after,
             due_by: None,
         };
         let worker = self.worker.clone();
@@ -304,30 +315,34 @@ impl<S: Maintenance> Relay<S> {
         }
     }
 
-    /// Starts the handlers of what `claim` took. `Ok(true)` when the claim
-    /// came back full (more may be available).
+    /// Starts the handlers of what `claim` took, and moves `cursor` on.
+    /// `Ok(true)` when the claim came back full (more may be available).
     fn started(
         &self,
         claimed: Claimed,
         claim: &Claiming,
         inflight: &mut Inflight<S>,
         writer: &mut ResultWriter,
+        cursor: &mut Cursor,
         report: &mut RelayReport,
     ) -> Result<bool, ()> {
         let (records, span) = match claimed {
             Ok(Ok(claimed)) => claimed,
             Ok(Err(error)) => {
                 report.errors += 1;
+                cursor.restart();
                 tracing::warn!(error = %error.chain(), "relay could not claim tasks");
                 return Err(());
             }
             Err(error) => {
                 report.errors += 1;
+                cursor.restart();
                 tracing::warn!(%error, "relay's claim task ended abnormally");
                 return Err(());
             }
         };
         let full = records.len() == claim.limit;
+        cursor.claimed(&records, full);
         let (mut started, mut expired) = (0_u64, 0_u64);
         for record in records {
             if record.status == Status::Failed {

@@ -1,0 +1,81 @@
+//! Where a relay's next claim starts while a backlog lasts.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::{Record, TaskId};
+
+/// A claim that came back full continues after the last id it took, so
+/// under a backlog each claim reads a short range of the index of available
+/// tasks instead of walking, from the lowest id, past the entries that the
+/// claims before it left behind (on PostgreSQL they stay in the index until
+/// vacuum). A claim that came back short or failed, and any claim once
+/// `restart` has passed since the first claim of the pass, starts again
+/// from the lowest id: a task made available below the cursor meanwhile
+/// (a retry due, a lapsed lease rescued, the next task of an ordering key)
+/// waits at most that long for it.
+#[derive(Debug)]
+pub(super) struct Cursor {
+    after: Option<TaskId>,
+    /// When the pass from the lowest id began.
+    since: Option<Instant>,
+    restart: Duration,
+}
+
+impl Cursor {
+    /// A cursor that starts again from the lowest id at least every `restart`.
+    pub(super) fn new(restart: Duration) -> Self {
+        Self {
+            after: None,
+            since: None,
+            restart,
+        }
+    }
+
+    /// The id a claim starting at `now` takes tasks after; `None`: from the lowest.
+    pub(super) fn next(&mut self, now: Instant) -> Option<TaskId> {
+        let since = *self.since.get_or_insert(now);
+        if now >= super::later(since, self.restart) {
+            self.after = None;
+            self.since = Some(now);
+        }
+        self.after
+    }
+
+    /// After a claim: continue after its last id when it came back `full`,
+    /// else start again from the lowest.
+    pub(super) fn claimed(&mut self, records: &[Record], full: bool) {
+        match records.iter().map(|record| record.id).max() {
+            Some(last) if full => self.after = Some(last),
+            _ => self.restart(),
+        }
+    }
+
+    /// The next claim starts from the lowest id.
+    pub(super) fn restart(&mut self) {
+        self.after = None;
+        self.since = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_after_its_period_and_after_a_short_claim() {
+        let t0 = Instant::now();
+        let mut cursor = Cursor::new(Duration::from_secs(1));
+        assert_eq!(cursor.next(t0), None);
+        cursor.after = Some(TaskId::new(100));
+        assert_eq!(
+            cursor.next(t0 + Duration::from_millis(999)),
+            Some(TaskId::new(100))
+        );
+        assert_eq!(cursor.next(t0 + Duration::from_secs(1)), None);
+        cursor.after = Some(TaskId::new(200));
+        cursor.claimed(&[], false);
+        assert_eq!(cursor.next(t0 + Duration::from_secs(1)), None);
+    }
+}
