@@ -175,3 +175,52 @@ async fn a_listen_session_the_server_ended_is_replaced_at_once() {
     shutdown.cancel();
     running.await.expect("relay");
 }
+
+/// A server that ends every LISTEN session as soon as it starts is asked
+/// again at most once a second, not in a tight loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_session_ended_again_and_again_is_not_replaced_in_a_loop() {
+    let db = PgTestDb::create("notify_relisten_spacing")
+        .await
+        .expect("test database");
+    let store: PgStore = db.store().clone().with_notify();
+    let (mock, _handle) = handler::recording();
+    let registry = Registry::builder()
+        .handler("order.created", 1, mock)
+        .build()
+        .expect("registry");
+    let worker = Worker::new(store, registry).expect("worker");
+    let config = RelayConfig::default().poll_interval(Duration::from_secs(10));
+    let relay = Relay::new(worker, config).expect("relay");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { relay.run(shutdown).await }
+    });
+
+    let mut conn = db.connect().await.expect("connect");
+    let (mut sessions, mut last) = (0, 0);
+    let until = Instant::now() + Duration::from_secs(3);
+    while let Some(pid) = listener(
+        &mut conn,
+        last,
+        until.saturating_duration_since(Instant::now()),
+    )
+    .await
+    {
+        sessions += 1;
+        last = pid;
+        diesel::sql_query("SELECT pg_terminate_backend($1)")
+            .bind::<diesel::sql_types::Integer, _>(pid)
+            .execute(&mut conn)
+            .await
+            .expect("terminate the LISTEN session");
+    }
+    // The first session, then at most one a second over the 3 s.
+    assert!(
+        (2..=5).contains(&sessions),
+        "{sessions} LISTEN sessions in 3 s while the server ended each at once"
+    );
+    shutdown.cancel();
+    running.await.expect("relay");
+}

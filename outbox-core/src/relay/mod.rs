@@ -27,6 +27,10 @@ pub use config::RelayConfig;
 use self::{cursor::Cursor, inflight::Inflight, writer::ResultWriter};
 use crate::{BatchRequest, Maintenance, Result, Status, Wakeups, Worker, telemetry, transition};
 
+/// The least time between two subscriptions to wake-ups after a stream
+/// ended.
+const RESUBSCRIBE_SPACING: Duration = Duration::from_secs(1);
+
 /// What one [`Relay::run`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -119,6 +123,7 @@ impl<S: Maintenance> Relay<S> {
             .min(self.worker.config().lease_duration / 4);
         let mut writer = ResultWriter::new(config.write_delay, config.batch_size, retry_delay);
         let (mut wakeups, mut resubscribe_in) = self.subscribe(&mut report).await;
+        let mut subscribed_at = Instant::now();
         // The maintenance task wakes the claim loop when it made tasks
         // available; the claim loop wakes it when the next due time may
         // have moved (a retry written, a wake-up for new tasks).
@@ -156,7 +161,8 @@ impl<S: Maintenance> Relay<S> {
         while !shutdown.is_cancelled() {
             if wakeups.is_none() && Instant::now() >= resubscribe_at {
                 (wakeups, resubscribe_in) = self.subscribe(&mut report).await;
-                resubscribe_at = later(Instant::now(), resubscribe_in);
+                subscribed_at = Instant::now();
+                resubscribe_at = later(subscribed_at, resubscribe_in);
             }
             inflight.reap(&mut writer);
             if !writer.is_writing() {
@@ -222,6 +228,7 @@ impl<S: Maintenance> Relay<S> {
                     }
                 }
                 () = sleep_until(write_at) => {}
+                () = tokio::time::sleep_until(resubscribe_at), if wakeups.is_none() => {}
                 () = sleep_until(poll_at), if !claim_now => {
                     claim_now = true;
                     poll_at = None;
@@ -235,11 +242,18 @@ impl<S: Maintenance> Relay<S> {
                     rescheduled.notify_one();
                     if woken.is_none() {
                         // Its connection ended (the server restarted, or a
-                        // standby was promoted): subscribe again at once,
-                        // on whichever server the pool reaches now.
+                        // standby was promoted): subscribe again at once, on
+                        // whichever server the pool reaches now; but no
+                        // sooner than RESUBSCRIBE_SPACING (or a poll, if
+                        // shorter) after the last subscription, so a server
+                        // that keeps ending the session right after LISTEN
+                        // is not asked in a tight loop.
                         tracing::warn!("relay lost its wake-up stream; polling until it resubscribes");
                         wakeups = None;
-                        resubscribe_at = Instant::now();
+                        resubscribe_at = later(
+                            subscribed_at,
+                            config.poll_interval.min(RESUBSCRIBE_SPACING),
+                        );
                     }
                 }
             }
