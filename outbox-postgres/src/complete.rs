@@ -143,3 +143,6 @@ async fn update(conn: &mut AsyncPgConnection, completions: &[Completion]) -> Res
 fn column<'c, T>(completions: &'c [Completion], value: impl Fn(&'c Completion) -> T) -> Vec<T> {
     completions.iter().map(value).collect()
 }
+
+#[cfg(test)]
+mod plans;

@@ -1,0 +1,149 @@
+//! Completion writes reach each row through the primary key, also with the
+//! stale statistics a queue table has during a drain: EXPLAIN ANALYZE of the
+//! real statements, under custom and generic plans.
+
+use diesel::{
+    QueryableByName,
+    sql_types::{Array, BigInt, Bool, Json, Text},
+};
+use diesel_async::{AsyncConnection, RunQueryDsl};
+use diesel_outbox_testkit::{TestBackend, postgres::PgTestDb};
+use serde_json::Value;
+
+use super::{COMPLETE, SUCCEED};
+
+/// Tasks claimed, then half of them finished: the finished half leaves dead
+/// entries in the index of running tasks until vacuum.
+const CLAIMED: i64 = 20_000;
+/// The batch written.
+const BATCH: i64 = 100;
+/// Rows a scan may read beyond the batch.
+const MARGIN: f64 = 10.0;
+const OWNER: &str = "plan-test";
+
+#[derive(QueryableByName)]
+struct Explained {
+    #[diesel(column_name = "QUERY PLAN", sql_type = Json)]
+    plan: Value,
+}
+
+/// A database in the middle of a drain: statistics taken while every task
+/// was available (and never again: autovacuum is off for the table), then
+/// every task claimed by `OWNER` and the lower half finished.
+async fn mid_drain() -> anyhow::Result<PgTestDb> {
+    let db = PgTestDb::create("complete_plan").await?;
+    db.execute_sql(&format!(
+        "ALTER TABLE outbox_tasks SET (autovacuum_enabled = false); \
+         INSERT INTO outbox_tasks (kind, version, payload) \
+         SELECT 'drained', 1, '\\x7b7d' FROM generate_series(1, {CLAIMED}); \
+         ANALYZE outbox_tasks; \
+         UPDATE outbox_tasks SET status = 'running', lease_owner = '{OWNER}', attempts = 1, \
+             lease_expires_at = now() + interval '1 hour'; \
+         UPDATE outbox_tasks SET status = 'succeeded', lease_owner = NULL, \
+             lease_expires_at = NULL, finished_at = now() \
+          WHERE id <= {half}",
+        half = CLAIMED / 2
+    ))
+    .await?;
+    Ok(db)
+}
+
+/// Every node of `node`'s tree, depth first.
+fn nodes(node: &Value) -> Vec<&Value> {
+    let mut all = vec![node];
+    if let Some(children) = node["Plans"].as_array() {
+        all.extend(children.iter().flat_map(nodes));
+    }
+    all
+}
+
+/// Rows a scan node read over all its loops.
+fn rows_read(node: &Value) -> f64 {
+    let per_loop = [
+        "Actual Rows",
+        "Rows Removed by Filter",
+        "Rows Removed by Index Recheck",
+    ]
+    .iter()
+    .filter_map(|field| node[field].as_f64())
+    .sum::<f64>();
+    per_loop * node["Actual Loops"].as_f64().unwrap_or(1.0)
+}
+
+/// Explains (and rolls back) `statement` for the batch of running tasks
+/// right after the finished half, under `mode` (`plan_cache_mode`); checks
+/// that it applied to the whole batch and that every scan of `outbox_tasks`
+/// went through the primary key and read no more than the batch.
+async fn writes_by_primary_key(db: &PgTestDb, name: &str, mode: &str) -> anyhow::Result<()> {
+    let first = CLAIMED / 2 + 1;
+    let ids: Vec<i64> = (first..first + BATCH).collect();
+    let len = usize::try_from(BATCH)?;
+    let mut conn = db.connect().await?;
+    conn.begin_test_transaction().await?;
+    diesel::sql_query(format!("SET LOCAL plan_cache_mode = {mode}"))
+        .execute(&mut conn)
+        .await?;
+    let explained: Explained = if name == "SUCCEED" {
+        diesel::sql_query(format!("EXPLAIN (ANALYZE, FORMAT JSON) {SUCCEED}"))
+            .bind::<Array<BigInt>, _>(&ids)
+            .bind::<Array<BigInt>, _>(vec![1_i64; len])
+            .bind::<Text, _>(OWNER)
+            .get_result(&mut conn)
+            .await?
+    } else {
+        diesel::sql_query(format!("EXPLAIN (ANALYZE, FORMAT JSON) {COMPLETE}"))
+            .bind::<Array<BigInt>, _>(&ids)
+            .bind::<Array<Text>, _>(vec![OWNER; len])
+            .bind::<Array<BigInt>, _>(vec![1_i64; len])
+            .bind::<Array<Text>, _>(vec!["succeeded"; len])
+            .bind::<Array<BigInt>, _>(vec![0_i64; len])
+            .bind::<Array<Text>, _>(vec![""; len])
+            .bind::<Array<Bool>, _>(vec![false; len])
+            .get_result(&mut conn)
+            .await?
+    };
+    drop(conn); // never committed
+    let root = &explained.plan[0]["Plan"];
+    let plan = serde_json::to_string_pretty(root)?;
+    assert_eq!(
+        root["Actual Rows"].as_f64(),
+        Some(BATCH as f64),
+        "{name} ({mode}) applied to other than {BATCH} rows:\n{plan}"
+    );
+    let scans: Vec<&Value> = nodes(root)
+        .into_iter()
+        .filter(|node| {
+            node["Node Type"]
+                .as_str()
+                .is_some_and(|kind| kind.contains("Scan"))
+                && (node["Relation Name"] == "outbox_tasks"
+                    || node["Index Name"]
+                        .as_str()
+                        .is_some_and(|index| index.starts_with("outbox_tasks")))
+        })
+        .collect();
+    anyhow::ensure!(!scans.is_empty(), "{name} ({mode}) scans nothing:\n{plan}");
+    for scan in scans {
+        assert_eq!(
+            scan["Index Name"], "outbox_tasks_pkey",
+            "{name} ({mode}) reaches rows other than by primary key:\n{plan}"
+        );
+        let read = rows_read(scan);
+        assert!(
+            read <= BATCH as f64 + MARGIN,
+            "{name} ({mode}) read {read} rows of outbox_tasks for a batch of {BATCH}:\n{plan}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_writes_go_by_primary_key_mid_drain() -> anyhow::Result<()> {
+    let db = mid_drain().await?;
+    for name in ["SUCCEED", "COMPLETE"] {
+        for mode in ["force_custom_plan", "force_generic_plan"] {
+            writes_by_primary_key(&db, name, mode).await?;
+        }
+    }
+    Ok(())
+}
