@@ -10,11 +10,12 @@ use crate::{Record, TaskId};
 /// under a backlog each claim reads a short range of the index of available
 /// tasks instead of walking, from the lowest id, past the entries that the
 /// claims before it left behind (on PostgreSQL they stay in the index until
-/// vacuum). A claim that came back short or failed, and any claim once
-/// `restart` has passed since the first claim of the pass, starts again
-/// from the lowest id: a task made available below the cursor meanwhile
-/// (a retry due, a lapsed lease rescued, the next task of an ordering key)
-/// waits at most that long for it.
+/// vacuum). After a claim that came back short or failed, and once
+/// `restart` has passed since the first claim of the pass, the next claim
+/// starts again from the lowest id (the relay claims again at once after a
+/// short claim that started from the cursor): a task made available below
+/// the cursor meanwhile (a retry due, a lapsed lease rescued, a claim given
+/// back, the next task of an ordering key) waits at most `restart` for it.
 #[derive(Debug)]
 pub(super) struct Cursor {
     after: Option<TaskId>,
@@ -68,14 +69,42 @@ mod tests {
         let t0 = Instant::now();
         let mut cursor = Cursor::new(Duration::from_secs(1));
         assert_eq!(cursor.next(t0), None);
-        cursor.after = Some(TaskId::new(100));
+        // A full claim: the next continues after its last id.
+        cursor.claimed(&[record(40), record(100), record(70)], true);
         assert_eq!(
             cursor.next(t0 + Duration::from_millis(999)),
             Some(TaskId::new(100))
         );
+        // Its period passed: from the lowest id, and a new period begins.
         assert_eq!(cursor.next(t0 + Duration::from_secs(1)), None);
-        cursor.after = Some(TaskId::new(200));
-        cursor.claimed(&[], false);
-        assert_eq!(cursor.next(t0 + Duration::from_secs(1)), None);
+        cursor.claimed(&[record(200)], true);
+        assert_eq!(
+            cursor.next(t0 + Duration::from_millis(1500)),
+            Some(TaskId::new(200))
+        );
+        // A short claim: from the lowest id.
+        cursor.claimed(&[record(250)], false);
+        assert_eq!(cursor.next(t0 + Duration::from_millis(1600)), None);
+        // An empty or failed claim: from the lowest id.
+        cursor.claimed(&[record(300)], true);
+        cursor.restart();
+        assert_eq!(cursor.next(t0 + Duration::from_millis(1700)), None);
+    }
+
+    fn record(id: i64) -> Record {
+        let now = chrono::Utc::now();
+        Record {
+            id: TaskId::new(id),
+            task: crate::Task::new("k", 1, Vec::new()),
+            status: crate::Status::Running,
+            attempts: 1,
+            released: 0,
+            next_attempt_at: now,
+            lease: None,
+            last_error: String::new(),
+            created_at: now,
+            updated_at: now,
+            finished_at: None,
+        }
     }
 }

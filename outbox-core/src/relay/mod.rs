@@ -27,9 +27,13 @@ pub use config::RelayConfig;
 use self::{cursor::Cursor, inflight::Inflight, writer::ResultWriter};
 use crate::{BatchRequest, Maintenance, Result, Status, Wakeups, Worker, telemetry, transition};
 
-/// The least time between two subscriptions to wake-ups after a stream
-/// ended.
+/// After a wake-up stream ended, the relay subscribes again no sooner than
+/// this (or its poll interval, if shorter) after its last subscription.
 const RESUBSCRIBE_SPACING: Duration = Duration::from_secs(1);
+
+/// Under a backlog, claims start from the lowest id again at least this
+/// often (or every poll interval, if shorter); see [`Cursor`].
+const CURSOR_RESTART: Duration = Duration::from_secs(1);
 
 /// What one [`Relay::run`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -150,7 +154,7 @@ impl<S: Maintenance> Relay<S> {
         let mut claim_now = true;
         let mut more = false;
         // Under a backlog each claim continues after the last one.
-        let mut cursor = Cursor::new(config.poll_interval);
+        let mut cursor = Cursor::new(config.poll_interval.min(CURSOR_RESTART));
         let mut poll_at: Option<Instant> = None;
         // The claim under way, in a task of its own so handlers' results are
         // taken and written while it runs.
@@ -158,11 +162,15 @@ impl<S: Maintenance> Relay<S> {
         // A write started because nothing ran: claim after it, since what
         // it wrote may be due again soon (a retry).
         let mut idle_write = false;
+        // A subscription to wake-ups under way, in a task of its own: a
+        // database going away must not hold handlers' results or shutdown.
+        let mut subscribing: Option<AbortOnDropHandle<Result<Option<Wakeups>>>> = None;
         while !shutdown.is_cancelled() {
-            if wakeups.is_none() && Instant::now() >= resubscribe_at {
-                (wakeups, resubscribe_in) = self.subscribe(&mut report).await;
-                subscribed_at = Instant::now();
-                resubscribe_at = later(subscribed_at, resubscribe_in);
+            if wakeups.is_none() && subscribing.is_none() && Instant::now() >= resubscribe_at {
+                let worker = self.worker.clone();
+                subscribing = Some(AbortOnDropHandle::new(tokio::spawn(async move {
+                    worker.store().wakeups().await
+                })));
             }
             inflight.reap(&mut writer);
             if !writer.is_writing() {
@@ -200,8 +208,23 @@ impl<S: Maintenance> Relay<S> {
                 joined = inflight.next(), if inflight.running() > 0 => {
                     inflight.finish(joined, &mut writer);
                 }
+                subscribed = joined(&mut subscribing), if subscribing.is_some() => {
+                    subscribing = None;
+                    let result = subscribed.unwrap_or_else(|error| {
+                        Err(crate::Error::database(format!("the subscription task ended abnormally: {error}")))
+                    });
+                    (wakeups, resubscribe_in) = self.subscription(result, &mut report);
+                    subscribed_at = Instant::now();
+                    resubscribe_at = later(subscribed_at, resubscribe_in);
+                    if wakeups.is_some() {
+                        // What was committed while nothing listened sent no
+                        // wake-up that reached this relay: look once.
+                        claim_now = true;
+                    }
+                }
                 claimed = claimed(&mut claiming), if claiming.is_some() => {
                     let Some(claim) = claiming.take() else { continue };
+                    let from_cursor = claim.after.is_some();
                     let started = self.started(
                         claimed,
                         &claim,
@@ -215,6 +238,12 @@ impl<S: Maintenance> Relay<S> {
                     // finishing all the time never hold the next poll back.
                     let delay = match started {
                         Ok(true) => None, // a backlog: claim again as slots free up
+                        // A short claim that started after the cursor says
+                        // nothing of the ids below it: look there at once.
+                        Ok(false) if from_cursor => {
+                            claim_now = true;
+                            None
+                        }
                         // Tasks that become due are promoted by the maintenance
                         // task, which then wakes this loop.
                         Ok(false) | Err(()) => Some(config.poll_interval),
@@ -324,6 +353,7 @@ impl<S: Maintenance> Relay<S> {
         Claiming {
             at: Instant::now(),
             limit,
+            after,
             task: AbortOnDropHandle::new(tokio::spawn(claim)),
             cycle,
         }
@@ -406,7 +436,17 @@ impl<S: Maintenance> Relay<S> {
     /// database may be back by then), after the purge interval when the
     /// store offers none.
     async fn subscribe(&self, report: &mut RelayReport) -> (Option<Wakeups>, Duration) {
-        match self.worker.store().wakeups().await {
+        let result = self.worker.store().wakeups().await;
+        self.subscription(result, report)
+    }
+
+    /// What a subscription came to, and when to try again if there is none.
+    fn subscription(
+        &self,
+        result: Result<Option<Wakeups>>,
+        report: &mut RelayReport,
+    ) -> (Option<Wakeups>, Duration) {
+        match result {
             Ok(wakeups) => (wakeups, self.config.purge_interval),
             Err(error) => {
                 report.errors += 1;
@@ -422,6 +462,8 @@ impl<S: Maintenance> Relay<S> {
 struct Claiming {
     task: AbortOnDropHandle<Result<(Vec<crate::Record>, Span)>>,
     limit: usize,
+    /// The id it took tasks after; `None`: from the lowest.
+    after: Option<crate::TaskId>,
     at: Instant,
     cycle: Span,
 }
@@ -433,6 +475,14 @@ type Claimed = std::result::Result<Result<(Vec<crate::Record>, Span)>, tokio::ta
 async fn claimed(claiming: &mut Option<Claiming>) -> Claimed {
     match claiming {
         Some(claim) => (&mut claim.task).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The outcome of a task; never resolves when there is none.
+async fn joined<T>(task: &mut Option<AbortOnDropHandle<T>>) -> Result<T, tokio::task::JoinError> {
+    match task {
+        Some(task) => task.await,
         None => std::future::pending().await,
     }
 }
