@@ -2,10 +2,7 @@
 //! stale statistics a queue table has during a drain: EXPLAIN ANALYZE of the
 //! real statements, under custom and generic plans.
 
-use diesel::{
-    QueryableByName,
-    sql_types::{Array, BigInt, Bool, Json, Text},
-};
+use diesel::{QueryableByName, sql_types::Json};
 use diesel_async::{AsyncConnection, RunQueryDsl};
 use diesel_outbox_testkit::{TestBackend, postgres::PgTestDb};
 use serde_json::Value;
@@ -70,38 +67,53 @@ fn rows_read(node: &Value) -> f64 {
     per_loop * node["Actual Loops"].as_f64().unwrap_or(1.0)
 }
 
-/// Explains (and rolls back) `statement` for the batch of running tasks
-/// right after the finished half, under `mode` (`plan_cache_mode`); checks
+/// Explains (and rolls back) statement `name` for the batch of running
+/// tasks right after the finished half, prepared as the store prepares it
+/// and executed under `mode` (`plan_cache_mode`: a custom plan for these
+/// values, or the generic plan a cached statement may switch to); checks
 /// that it applied to the whole batch and that every scan of `outbox_tasks`
 /// went through the primary key and read no more than the batch.
 async fn writes_by_primary_key(db: &PgTestDb, name: &str, mode: &str) -> anyhow::Result<()> {
     let first = CLAIMED / 2 + 1;
-    let ids: Vec<i64> = (first..first + BATCH).collect();
-    let len = usize::try_from(BATCH)?;
+    let ids: Vec<String> = (first..first + BATCH).map(|id| id.to_string()).collect();
+    let array = |values: &[String]| format!("'{{{}}}'", values.join(","));
+    let repeat = |value: &str| array(&vec![value.to_owned(); ids.len()]);
+    let (prepare, execute) = if name == "SUCCEED" {
+        (
+            format!("PREPARE plan_test(int8[], int8[], text) AS {SUCCEED}"),
+            format!(
+                "EXECUTE plan_test({}, {}, '{OWNER}')",
+                array(&ids),
+                repeat("1")
+            ),
+        )
+    } else {
+        (
+            format!(
+                "PREPARE plan_test(int8[], text[], int8[], text[], int8[], text[], bool[]) \
+                 AS {COMPLETE}"
+            ),
+            format!(
+                "EXECUTE plan_test({}, {}, {}, {}, {}, {}, {})",
+                array(&ids),
+                repeat(OWNER),
+                repeat("1"),
+                repeat("succeeded"),
+                repeat("0"),
+                repeat("\"\""),
+                repeat("false")
+            ),
+        )
+    };
     let mut conn = db.connect().await?;
     conn.begin_test_transaction().await?;
-    diesel::sql_query(format!("SET LOCAL plan_cache_mode = {mode}"))
-        .execute(&mut conn)
-        .await?;
-    let explained: Explained = if name == "SUCCEED" {
-        diesel::sql_query(format!("EXPLAIN (ANALYZE, FORMAT JSON) {SUCCEED}"))
-            .bind::<Array<BigInt>, _>(&ids)
-            .bind::<Array<BigInt>, _>(vec![1_i64; len])
-            .bind::<Text, _>(OWNER)
+    for sql in [prepare, format!("SET LOCAL plan_cache_mode = {mode}")] {
+        diesel::sql_query(sql).execute(&mut conn).await?;
+    }
+    let explained: Explained =
+        diesel::sql_query(format!("EXPLAIN (ANALYZE, FORMAT JSON) {execute}"))
             .get_result(&mut conn)
-            .await?
-    } else {
-        diesel::sql_query(format!("EXPLAIN (ANALYZE, FORMAT JSON) {COMPLETE}"))
-            .bind::<Array<BigInt>, _>(&ids)
-            .bind::<Array<Text>, _>(vec![OWNER; len])
-            .bind::<Array<BigInt>, _>(vec![1_i64; len])
-            .bind::<Array<Text>, _>(vec!["succeeded"; len])
-            .bind::<Array<BigInt>, _>(vec![0_i64; len])
-            .bind::<Array<Text>, _>(vec![""; len])
-            .bind::<Array<Bool>, _>(vec![false; len])
-            .get_result(&mut conn)
-            .await?
-    };
+            .await?;
     drop(conn); // never committed
     let root = &explained.plan[0]["Plan"];
     let plan = serde_json::to_string_pretty(root)?;
