@@ -13,10 +13,18 @@ use std::{
 };
 
 use anyhow::Context as _;
-use rustix::process::{Pid, Signal, kill_process};
+use rustix::process::{Pid, Signal, kill_process, kill_process_group};
 use tokio::process::{Child, Command};
 
 use super::run_dir::RunDir;
+
+/// SIGKILLs what is left of process group `pid` (helpers a server started,
+/// such as a Galera node's state-transfer scripts); nothing when it is empty.
+fn kill_group(pid: u32) {
+    if let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+        kill_process_group(pid, Signal::KILL).ok();
+    }
+}
 
 /// Sends `signal` to process `pid`.
 pub(crate) fn send_signal(pid: u32, signal: Signal) -> anyhow::Result<()> {
@@ -93,9 +101,12 @@ impl Proc {
         Ok(())
     }
 
-    /// SIGKILL, then waits for the exit.
+    /// SIGKILL, then waits for the exit; whatever else runs in its process
+    /// group is killed too.
     pub(crate) async fn kill(&mut self) -> anyhow::Result<()> {
-        self.end_with(Signal::KILL).await
+        let ended = self.end_with(Signal::KILL).await;
+        kill_group(self.pid);
+        ended
     }
 
     /// Stops it: its stop signal, up to `grace` to exit, then SIGKILL.
@@ -116,6 +127,7 @@ impl Proc {
         while self.running() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
+        kill_group(self.pid);
     }
 }
 

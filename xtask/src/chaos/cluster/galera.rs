@@ -253,14 +253,23 @@ pub(crate) async fn run(ctx: &mut ClusterCtx<'_>, report: &mut Report) -> anyhow
     let run = ctx.run;
     let dir_ref = &dir;
     let cluster_ref = &mut cluster;
+    // Producers that stop committing (quorum lost, a stuck donor) fail the
+    // scenario instead of holding it forever.
     let until = async |count: usize, what: &str| {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
         while committed() < count {
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: {} of {count} commits after 180 s",
+                committed()
+            );
             progress.status(what, committed(), dir_ref);
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+        anyhow::Ok(())
     };
     let fault = then_stop(&stop, async {
-        until(target / 3, "producing on 3 nodes").await;
+        until(target / 3, "producing on 3 nodes").await?;
         progress.phase(&format!("node{} SIGKILLed", VICTIM + 1));
         let killed = clock::now_us();
         cluster_ref.kill(VICTIM).await?;
@@ -285,7 +294,7 @@ pub(crate) async fn run(ctx: &mut ClusterCtx<'_>, report: &mut Report) -> anyhow
             VICTIM + 1,
             cluster_ref.last_transfer(VICTIM)
         ));
-        until(target, "producing on 3 nodes").await;
+        until(target, "producing on 3 nodes").await?;
         anyhow::Ok((killed, evicted, restarted, rejoined))
     });
     let (_, fault) = tokio::join!(producing, fault);

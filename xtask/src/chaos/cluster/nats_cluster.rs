@@ -1,7 +1,9 @@
 //! Three routed JetStream nodes, a stream with three replicas, relays that
 //! publish every task through `diesel-outbox-nats` with all three URLs; the
 //! stream's leader is SIGKILLed mid-run and started again, then a relay
-//! between a publish and its completion (a replay): nothing is lost,
+//! while its handlers linger after publishing (so it may die between a
+//! publish and its completion, and the task be published again; the run
+//! reports how many such replays JetStream dropped): nothing is lost,
 //! the stream ends with exactly one message per task id, and every replica,
 //! the restarted one too, holds every message.
 
