@@ -69,6 +69,12 @@ impl StreamSpec {
     /// long and has at least as many replicas. An existing stream is never
     /// changed.
     pub async fn ensure(&self, jetstream: &jetstream::Context) -> Result<stream::Info, NatsError> {
+        if !(1..=5).contains(&self.replicas) {
+            return Err(NatsError::Config {
+                field: "replicas",
+                reason: format!("{} is not within 1..=5", self.replicas),
+            });
+        }
         let config = stream::Config {
             name: self.name.clone(),
             subjects: self.subjects.clone(),

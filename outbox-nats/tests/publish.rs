@@ -252,6 +252,17 @@ async fn stream_spec_creates_or_checks_the_stream() {
         }
         other => panic!("a one-replica stream accepted for three: {other:?}"),
     }
+    for replicas in [0, 6] {
+        match spec
+            .clone()
+            .replicas(replicas)
+            .ensure(stream.jetstream())
+            .await
+        {
+            Err(NatsError::Config { field, .. }) => assert_eq!(field, "replicas"),
+            other => panic!("{replicas} replicas accepted: {other:?}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

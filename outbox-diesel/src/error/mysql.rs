@@ -9,9 +9,10 @@ use super::{Classified, by_message};
 /// and error number; longer starts before shorter ones they begin with.
 const MESSAGES: &[(&str, DatabaseErrorKind, &str)] = &[
     ("Deadlock found when trying to get lock", Deadlock, "1213"),
-    // Galera's words for a transaction that lost certification to another
-    // node's, or was aborted by a write set applied from one (Percona
-    // XtraDB Cluster; MariaDB says "Deadlock found").
+    // Galera's other words for a transaction that lost certification to
+    // another node's, or was aborted by a write set applied from one (the
+    // first Percona XtraDB Cluster's, the second some MariaDB Galera
+    // builds'; MariaDB 10.11 says "Deadlock found").
     ("WSREP detected deadlock/conflict", Deadlock, "1213"),
     ("Deadlock: wsrep aborted transaction", Deadlock, "1213"),
     // A Galera node that is joining, or cut off from the cluster's primary
