@@ -50,6 +50,8 @@ mod claim;
 mod complete;
 mod discard;
 mod enqueue;
+#[cfg(test)]
+mod explained;
 mod inbox;
 mod inbox_migrate;
 mod keys;

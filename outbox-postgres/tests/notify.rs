@@ -6,9 +6,13 @@ use diesel::{QueryableByName, sql_types::Bool};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use diesel_outbox_postgres::{
     PgStore,
-    outbox::{Registry, Relay, RelayConfig, Store, Task, Worker},
+    outbox::{Registry, Relay, RelayConfig, RelayReport, Store, Task, Worker},
 };
-use diesel_outbox_testkit::{TestBackend, handler, postgres::PgTestDb};
+use diesel_outbox_testkit::{
+    TestBackend,
+    handler::{self, HandlerHandle},
+    postgres::PgTestDb,
+};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -16,20 +20,7 @@ async fn notify_wakes_the_relay_long_before_its_poll() {
     let db = PgTestDb::create("notify_latency")
         .await
         .expect("test database");
-    let store: PgStore = db.store().clone().with_notify();
-    let (mock, handle) = handler::recording();
-    let registry = Registry::builder()
-        .handler("order.created", 1, mock)
-        .build()
-        .expect("registry");
-    let worker = Worker::new(store.clone(), registry).expect("worker");
-    let config = RelayConfig::default().poll_interval(Duration::from_secs(10));
-    let relay = Relay::new(worker, config).expect("relay");
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { relay.run(shutdown).await }
-    });
+    let relay = relay_with_notify(&db).await;
 
     // One task at a time, each committed once the relay has gone to sleep
     // for its 10 s poll: only NOTIFY can bring them in quickly.
@@ -39,21 +30,24 @@ async fn notify_wakes_the_relay_long_before_its_poll() {
         asleep_since_last_check(&mut conn).await;
         let committed = conn
             .transaction::<_, anyhow::Error, _>(async |tx| {
-                Ok(store
+                Ok(relay
+                    .store
                     .enqueue(tx, Task::new("order.created", 1, format!("{n}")))
                     .await?)
             })
             .await
             .expect("enqueue");
         let at = Instant::now();
-        tokio::time::timeout(Duration::from_secs(2), handle.wait_for_successes(n + 1))
-            .await
-            .unwrap_or_else(|_| panic!("task {n} waited for the 10 s poll"));
+        tokio::time::timeout(
+            Duration::from_secs(2),
+            relay.handle.wait_for_successes(n + 1),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("task {n} waited for the 10 s poll"));
         latencies.push(at.elapsed());
-        assert_eq!(handle.succeeded_ids()[n], committed);
+        assert_eq!(relay.handle.succeeded_ids()[n], committed);
     }
-    shutdown.cancel();
-    running.await.expect("relay");
+    relay.stop().await;
     latencies.sort();
     eprintln!(
         "NOTIFY commit-to-handler: median {:?}, max {:?}",
@@ -128,21 +122,8 @@ async fn a_listen_session_the_server_ended_is_replaced_at_once() {
     let db = PgTestDb::create("notify_relisten")
         .await
         .expect("test database");
-    let store: PgStore = db.store().clone().with_notify();
-    let (mock, handle) = handler::recording();
-    let registry = Registry::builder()
-        .handler("order.created", 1, mock)
-        .build()
-        .expect("registry");
-    let worker = Worker::new(store.clone(), registry).expect("worker");
     // The purge interval (60 s) is far beyond the waits below.
-    let config = RelayConfig::default().poll_interval(Duration::from_secs(10));
-    let relay = Relay::new(worker, config).expect("relay");
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { relay.run(shutdown).await }
-    });
+    let relay = relay_with_notify(&db).await;
 
     let mut conn = db.connect().await.expect("connect");
     let first = listener(&mut conn, 0, Duration::from_secs(5))
@@ -162,18 +143,18 @@ async fn a_listen_session_the_server_ended_is_replaced_at_once() {
     asleep_since_last_check(&mut conn).await;
     let committed = conn
         .transaction::<_, anyhow::Error, _>(async |tx| {
-            Ok(store
+            Ok(relay
+                .store
                 .enqueue(tx, Task::new("order.created", 1, "after".to_owned()))
                 .await?)
         })
         .await
         .expect("enqueue");
-    tokio::time::timeout(Duration::from_secs(2), handle.wait_for_successes(1))
+    tokio::time::timeout(Duration::from_secs(2), relay.handle.wait_for_successes(1))
         .await
         .expect("the task waited for the 10 s poll: no wake-up after the session ended");
-    assert_eq!(handle.succeeded_ids()[0], committed);
-    shutdown.cancel();
-    running.await.expect("relay");
+    assert_eq!(relay.handle.succeeded_ids()[0], committed);
+    relay.stop().await;
 }
 
 /// A server that ends every LISTEN session as soon as it starts is asked
@@ -183,20 +164,7 @@ async fn a_listen_session_ended_again_and_again_is_not_replaced_in_a_loop() {
     let db = PgTestDb::create("notify_relisten_spacing")
         .await
         .expect("test database");
-    let store: PgStore = db.store().clone().with_notify();
-    let (mock, _handle) = handler::recording();
-    let registry = Registry::builder()
-        .handler("order.created", 1, mock)
-        .build()
-        .expect("registry");
-    let worker = Worker::new(store, registry).expect("worker");
-    let config = RelayConfig::default().poll_interval(Duration::from_secs(10));
-    let relay = Relay::new(worker, config).expect("relay");
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { relay.run(shutdown).await }
-    });
+    let relay = relay_with_notify(&db).await;
 
     let mut conn = db.connect().await.expect("connect");
     let (mut sessions, mut last) = (0, 0);
@@ -221,6 +189,44 @@ async fn a_listen_session_ended_again_and_again_is_not_replaced_in_a_loop() {
         (2..=5).contains(&sessions),
         "{sessions} LISTEN sessions in 3 s while the server ended each at once"
     );
-    shutdown.cancel();
-    running.await.expect("relay");
+    relay.stop().await;
+}
+
+/// A relay with NOTIFY on and a 10 s poll, recording `order.created`.
+struct NotifiedRelay {
+    store: PgStore,
+    handle: HandlerHandle,
+    shutdown: CancellationToken,
+    running: tokio::task::JoinHandle<RelayReport>,
+}
+
+impl NotifiedRelay {
+    async fn stop(self) {
+        self.shutdown.cancel();
+        self.running.await.expect("relay");
+    }
+}
+
+/// Starts a [`NotifiedRelay`] on `db`.
+async fn relay_with_notify(db: &PgTestDb) -> NotifiedRelay {
+    let store: PgStore = db.store().clone().with_notify();
+    let (mock, handle) = handler::recording();
+    let registry = Registry::builder()
+        .handler("order.created", 1, mock)
+        .build()
+        .expect("registry");
+    let worker = Worker::new(store.clone(), registry).expect("worker");
+    let config = RelayConfig::default().poll_interval(Duration::from_secs(10));
+    let relay = Relay::new(worker, config).expect("relay");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { relay.run(shutdown).await }
+    });
+    NotifiedRelay {
+        store,
+        handle,
+        shutdown,
+        running,
+    }
 }

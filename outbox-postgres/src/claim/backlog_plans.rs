@@ -12,6 +12,7 @@ use diesel_outbox_testkit::{TestBackend, backlog::Backlog, postgres::PgTestDb};
 use serde_json::Value;
 
 use super::CLAIM_DUE_SQL;
+use crate::explained::{nodes, rows_read, scans_tasks};
 
 /// Backlog rows: well above the size (about 15,000 rows here) below which
 /// PostgreSQL may find a full scan cheaper than 100 index lookups anyway.
@@ -61,41 +62,6 @@ async fn explain_claim(backlog: Backlog) -> anyhow::Result<(PgTestDb, Value)> {
     drop(conn); // never committed: the claim is rolled back
     let root = explained.plan[0]["Plan"].clone();
     Ok((db, root))
-}
-
-/// Every node of `node`'s tree, depth first.
-fn nodes(node: &Value) -> Vec<&Value> {
-    let mut all = vec![node];
-    if let Some(children) = node["Plans"].as_array() {
-        all.extend(children.iter().flat_map(nodes));
-    }
-    all
-}
-
-/// Rows a scan node read over all its loops: the rows it returned and the
-/// rows its filters removed.
-fn rows_read(node: &Value) -> f64 {
-    let per_loop = [
-        "Actual Rows",
-        "Rows Removed by Filter",
-        "Rows Removed by Index Recheck",
-    ]
-    .iter()
-    .filter_map(|field| node[field].as_f64())
-    .sum::<f64>();
-    per_loop * node["Actual Loops"].as_f64().unwrap_or(1.0)
-}
-
-/// Whether `node` scans `outbox_tasks` or one of its indexes.
-fn scans_tasks(node: &Value) -> bool {
-    let is_scan = node["Node Type"]
-        .as_str()
-        .is_some_and(|kind| kind.contains("Scan"));
-    let on_tasks = node["Relation Name"] == "outbox_tasks"
-        || node["Index Name"]
-            .as_str()
-            .is_some_and(|index| index.starts_with("outbox_tasks"));
-    is_scan && on_tasks
 }
 
 async fn reads_only_claimed_rows(backlog: Backlog) -> anyhow::Result<()> {

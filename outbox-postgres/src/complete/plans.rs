@@ -8,6 +8,7 @@ use diesel_outbox_testkit::{TestBackend, postgres::PgTestDb};
 use serde_json::Value;
 
 use super::{COMPLETE, SUCCEED};
+use crate::explained::{nodes, rows_read, scans_tasks};
 
 /// Tasks claimed, then half of them finished: the finished half leaves dead
 /// entries in the index of running tasks until vacuum.
@@ -43,28 +44,6 @@ async fn mid_drain() -> anyhow::Result<PgTestDb> {
     ))
     .await?;
     Ok(db)
-}
-
-/// Every node of `node`'s tree, depth first.
-fn nodes(node: &Value) -> Vec<&Value> {
-    let mut all = vec![node];
-    if let Some(children) = node["Plans"].as_array() {
-        all.extend(children.iter().flat_map(nodes));
-    }
-    all
-}
-
-/// Rows a scan node read over all its loops.
-fn rows_read(node: &Value) -> f64 {
-    let per_loop = [
-        "Actual Rows",
-        "Rows Removed by Filter",
-        "Rows Removed by Index Recheck",
-    ]
-    .iter()
-    .filter_map(|field| node[field].as_f64())
-    .sum::<f64>();
-    per_loop * node["Actual Loops"].as_f64().unwrap_or(1.0)
 }
 
 /// Explains (and rolls back) statement `name` for the batch of running
@@ -124,15 +103,7 @@ async fn writes_by_primary_key(db: &PgTestDb, name: &str, mode: &str) -> anyhow:
     );
     let scans: Vec<&Value> = nodes(root)
         .into_iter()
-        .filter(|node| {
-            node["Node Type"]
-                .as_str()
-                .is_some_and(|kind| kind.contains("Scan"))
-                && (node["Relation Name"] == "outbox_tasks"
-                    || node["Index Name"]
-                        .as_str()
-                        .is_some_and(|index| index.starts_with("outbox_tasks")))
-        })
+        .filter(|node| scans_tasks(node))
         .collect();
     anyhow::ensure!(!scans.is_empty(), "{name} ({mode}) scans nothing:\n{plan}");
     for scan in scans {
