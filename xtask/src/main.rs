@@ -4,7 +4,7 @@
 //!   migrations, the same embedded set `run_migrations` applies;
 //!   `migrate --print [--revert] [--backend postgres|mysql|sqlite]` prints their SQL.
 //! - `ci`: checks beyond the tests, such as backends compiling only when chosen.
-//! - `bench [--backend postgres|mysql|sqlite|all] [--quick] [--json PATH]`:
+//! - `bench [--backend postgres|mysql|sqlite|all] [--scenario NAME,...] [--quick] [--json PATH]`:
 //!   the library against hand-written SQL in the same run, as ratios.
 //! - `demo [--backend sqlite|postgres|mysql] [--orders N] [--nats]`: an order
 //!   service on SQLite (default, nothing to start) or the local servers, with

@@ -48,6 +48,25 @@ pub(crate) struct Args {
     /// Skip the JetStream scenario.
     #[arg(long)]
     no_nats: bool,
+    /// Run only these scenarios (repeat the flag, or separate with commas);
+    /// all when not given. For profiling one of them.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    scenario: Vec<Scenario>,
+}
+
+/// One scenario of the bench.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Scenario {
+    /// Order + enqueue, and enqueue_many, against hand-written inserts.
+    Enqueue,
+    /// Draining a backlog: rounds and relays against a hand-written loop.
+    Drain,
+    /// Commit to handler start: send_async, NOTIFY, polling.
+    Latency,
+    /// Claim cost beside each backlog shape.
+    Scale,
+    /// JetStream publishing through the relay against raw async-nats.
+    Nats,
 }
 
 /// Sizes and repetitions.
@@ -111,6 +130,7 @@ struct Results {
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let plan = Plan::new(args.quick);
+    let only = Only(args.scenario.clone());
     let profile = if cfg!(debug_assertions) {
         "debug"
     } else {
@@ -125,22 +145,37 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     if matches!(args.backend, Backend::Postgres | Backend::All) {
         #[cfg(feature = "postgres")]
-        backend::<diesel_outbox_testkit::postgres::PgTestDb>(&plan, !args.no_nats, &mut results)
-            .await?;
+        backend::<diesel_outbox_testkit::postgres::PgTestDb>(
+            &plan,
+            &only,
+            !args.no_nats,
+            &mut results,
+        )
+        .await?;
         #[cfg(not(feature = "postgres"))]
         anyhow::bail!("xtask was built without the `postgres` feature");
     }
     if matches!(args.backend, Backend::Mysql | Backend::All) {
         #[cfg(feature = "mysql")]
-        backend::<diesel_outbox_testkit::mysql::MysqlTestDb>(&plan, !args.no_nats, &mut results)
-            .await?;
+        backend::<diesel_outbox_testkit::mysql::MysqlTestDb>(
+            &plan,
+            &only,
+            !args.no_nats,
+            &mut results,
+        )
+        .await?;
         #[cfg(not(feature = "mysql"))]
         anyhow::bail!("xtask was built without the `mysql` feature");
     }
     if matches!(args.backend, Backend::Sqlite | Backend::All) {
         #[cfg(feature = "sqlite")]
-        backend::<diesel_outbox_testkit::sqlite::SqliteTestDb>(&plan, !args.no_nats, &mut results)
-            .await?;
+        backend::<diesel_outbox_testkit::sqlite::SqliteTestDb>(
+            &plan,
+            &only,
+            !args.no_nats,
+            &mut results,
+        )
+        .await?;
         #[cfg(not(feature = "sqlite"))]
         anyhow::bail!("xtask was built without the `sqlite` feature");
     }
@@ -159,30 +194,48 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The scenarios asked for; all when none was named.
+struct Only(Vec<Scenario>);
+
+impl Only {
+    fn runs(&self, scenario: Scenario) -> bool {
+        self.0.is_empty() || self.0.contains(&scenario)
+    }
+}
+
 async fn backend<B: Raw>(
     plan: &Plan,
+    only: &Only,
     with_nats: bool,
     results: &mut Results,
 ) -> anyhow::Result<()> {
     let step = |name: &str| eprintln!("bench: {} {name}", B::NAME);
     let db = B::create("bench").await?;
     db.create_orders().await?;
-    step("enqueue");
-    results.figures.extend(enqueue::measure(&db, plan).await?);
-    step("drain");
-    results.figures.extend(drain::measure(&db, plan).await?);
-    step("latency");
-    results.latencies.extend(latency::measure(&db, plan).await?);
-    step("scale");
-    let due_only = B::create("bench_due_only").await?;
-    due_only.create_orders().await?;
-    let shaped = B::create("bench_scale").await?;
-    shaped.create_orders().await?;
-    results
-        .figures
-        .extend(scale::measure(&due_only, &shaped, plan).await?);
-    drop((due_only, shaped));
-    if with_nats {
+    if only.runs(Scenario::Enqueue) {
+        step("enqueue");
+        results.figures.extend(enqueue::measure(&db, plan).await?);
+    }
+    if only.runs(Scenario::Drain) {
+        step("drain");
+        results.figures.extend(drain::measure(&db, plan).await?);
+    }
+    if only.runs(Scenario::Latency) {
+        step("latency");
+        results.latencies.extend(latency::measure(&db, plan).await?);
+    }
+    if only.runs(Scenario::Scale) {
+        step("scale");
+        let due_only = B::create("bench_due_only").await?;
+        due_only.create_orders().await?;
+        let shaped = B::create("bench_scale").await?;
+        shaped.create_orders().await?;
+        results
+            .figures
+            .extend(scale::measure(&due_only, &shaped, plan).await?);
+        drop((due_only, shaped));
+    }
+    if with_nats && only.runs(Scenario::Nats) {
         #[cfg(feature = "nats")]
         {
             step("nats");
