@@ -1,6 +1,9 @@
 //! Scenario 2: draining a backlog, library vs a hand-written claim loop.
 
-use std::time::{Duration, Instant};
+use std::{
+    future::Future,
+    time::{Duration, Instant},
+};
 
 use diesel_outbox_core::{Registry, Relay, RelayConfig, Worker, WorkerConfig};
 use tokio_util::sync::CancellationToken;
@@ -9,7 +12,7 @@ use super::{
     Plan,
     counting::Counting,
     raw::{Prepare, Raw},
-    stats::{Figure, median},
+    stats::{Figure, median, process_cpu},
 };
 
 const KIND: &str = "bench.noop";
@@ -106,21 +109,73 @@ async fn fresh<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<()> {
     db.analyze().await
 }
 
+/// A drain's rate, and the CPU time this process spent on it per task.
+async fn timed(
+    tasks: u64,
+    drain: impl Future<Output = anyhow::Result<f64>>,
+    rates: &mut Vec<f64>,
+    cpu: &mut Vec<f64>,
+) -> anyhow::Result<()> {
+    let before = process_cpu();
+    rates.push(drain.await?);
+    cpu.push((process_cpu() - before).as_secs_f64() * 1e6 / tasks as f64);
+    Ok(())
+}
+
 /// Rounds, relays and the raw loop over the same backlog, interleaved.
 pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<Figure>> {
     let tasks = plan.backlog;
     let (mut by_rounds, mut by_relays, mut by_raw) = (Vec::new(), Vec::new(), Vec::new());
-    let mut by_raw_each_call = Vec::new();
+    let (mut cpu_rounds, mut cpu_relays, mut cpu_raw) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut by_raw_each_call, mut cpu_raw_each_call) = (Vec::new(), Vec::new());
     for _ in 0..plan.runs {
         fresh(db, tasks).await?;
-        by_rounds.push(rounds(db, tasks).await?);
+        timed(tasks, rounds(db, tasks), &mut by_rounds, &mut cpu_rounds).await?;
         fresh(db, tasks).await?;
-        by_raw.push(raw(db, tasks, Prepare::Once).await?);
+        let once = raw(db, tasks, Prepare::Once);
+        timed(tasks, once, &mut by_raw, &mut cpu_raw).await?;
         fresh(db, tasks).await?;
-        by_raw_each_call.push(raw(db, tasks, Prepare::EachCall).await?);
+        let each_call = raw(db, tasks, Prepare::EachCall);
+        timed(
+            tasks,
+            each_call,
+            &mut by_raw_each_call,
+            &mut cpu_raw_each_call,
+        )
+        .await?;
         fresh(db, tasks).await?;
-        by_relays.push(relays(db, tasks).await?);
+        timed(tasks, relays(db, tasks), &mut by_relays, &mut cpu_relays).await?;
     }
+    let cpu_raw = median(&cpu_raw);
+    let cpu = |scenario: String, library: &[f64]| {
+        let library = median(library);
+        Figure {
+            backend: B::NAME,
+            scenario,
+            unit: "us CPU/task",
+            library,
+            baseline: cpu_raw,
+            ratio: library / cpu_raw,
+            higher_is_better: false,
+            runs: plan.runs,
+            target: None,
+            baseline_name: "raw loop, prepared once",
+        }
+    };
+    let cpu_figures = [
+        cpu(
+            format!("drain {tasks}: this process's CPU per task, rounds"),
+            &cpu_rounds,
+        ),
+        cpu(
+            format!("drain {tasks}: this process's CPU per task, relays"),
+            &cpu_relays,
+        ),
+        cpu(
+            format!("drain {tasks}: this process's CPU per task, raw loop on every call"),
+            &cpu_raw_each_call,
+        ),
+    ];
     let raw = median(&by_raw);
     let figure = |scenario: String, library: f64, target: f64| Figure {
         backend: B::NAME,
@@ -135,7 +190,7 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
         baseline_name: "raw claim + complete loop, prepared once",
     };
     let each_call = median(&by_raw_each_call);
-    Ok(vec![
+    Ok([
         figure(
             format!("drain {tasks}: retry_pending(100) on 2 workers"),
             median(&by_rounds),
@@ -158,5 +213,8 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
             target: None,
             baseline_name: "raw claim + complete loop, prepared once",
         },
-    ])
+    ]
+    .into_iter()
+    .chain(cpu_figures)
+    .collect())
 }

@@ -71,6 +71,14 @@ pub(crate) fn percentile(durations: &[Duration], q: f64) -> Duration {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// CPU time this process has used so far, on every thread.
+pub(crate) fn process_cpu() -> Duration {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    let secs = u64::try_from(now.tv_sec).unwrap_or(0);
+    let nanos = u32::try_from(now.tv_nsec).unwrap_or(0);
+    Duration::new(secs, nanos)
+}
+
 /// Milliseconds, for tables.
 pub(crate) fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
