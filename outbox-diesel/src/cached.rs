@@ -94,6 +94,20 @@ impl<'f, DB: Backend> CachedQuery<'f, DB> {
         }
     }
 
+    /// The same statement, its result columns read by position as the SQL
+    /// types `ST` (a tuple, in the order the statement returns them), so
+    /// rows load into a type deriving `Queryable` instead of
+    /// `QueryableByName`, which looks every field up by name in every row.
+    /// The statement must return exactly those columns, in that order:
+    /// name them rather than use `*`, which also returns columns added to the
+    /// table later.
+    pub fn returning<ST>(self) -> TypedQuery<'f, DB, ST> {
+        TypedQuery {
+            query: self,
+            sql_type: PhantomData,
+        }
+    }
+
     /// Binds `value` as SQL type `ST` to the next placeholder.
     pub fn bind<ST, T>(mut self, value: T) -> Self
     where
@@ -197,6 +211,38 @@ impl<DB: Backend> Query for CachedQuery<'_, DB> {
 }
 
 impl<DB: Backend, Conn> RunQueryDsl<Conn> for CachedQuery<'_, DB> {}
+
+/// A [`CachedQuery`] whose rows are read by position; see
+/// [`CachedQuery::returning`].
+#[must_use = "queries are only executed when calling `load`, `get_result` or similar"]
+pub struct TypedQuery<'f, DB: Backend, ST> {
+    query: CachedQuery<'f, DB>,
+    sql_type: PhantomData<fn() -> ST>,
+}
+
+impl<DB: Backend, ST> std::fmt::Debug for TypedQuery<'_, DB, ST> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("TypedQuery").field(&self.query).finish()
+    }
+}
+
+impl<DB: Backend, ST> QueryFragment<DB> for TypedQuery<'_, DB, ST> {
+    fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        self.query.walk_ast(out)
+    }
+}
+
+impl<DB: Backend, ST> QueryId for TypedQuery<'_, DB, ST> {
+    type QueryId = ();
+    // As for `CachedQuery`: the text is the cache key.
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<DB: Backend, ST: 'static> Query for TypedQuery<'_, DB, ST> {
+    type SqlType = ST;
+}
+
+impl<DB: Backend, ST, Conn> RunQueryDsl<Conn> for TypedQuery<'_, DB, ST> {}
 
 #[cfg(test)]
 mod tests {

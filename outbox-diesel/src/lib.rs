@@ -24,7 +24,7 @@ mod pool;
 mod store_transaction;
 mod transaction;
 
-pub use cached::{CachedQuery, cached, uncached};
+pub use cached::{CachedQuery, TypedQuery, cached, uncached};
 pub use close_unless_released::CloseUnlessReleased;
 pub use error::{
     mysql_error, mysql_pool_error, postgres_error, postgres_pool_error, sqlite_connection_error,

@@ -20,10 +20,15 @@ use diesel_outbox_core::{
 
 use diesel_outbox_sql::{cached, micros, postgres_error};
 
-use crate::{complete, row::TaskRow};
+use crate::{
+    complete,
+    row::{TaskRow, task_columns},
+    schema::outbox_tasks,
+};
 
 /// Available, or waiting and due, or running with a lapsed lease; not expired.
-const CLAIM_ONE_SQL: &str = "\
+const CLAIM_ONE_SQL: &str = concat!(
+    "\
 UPDATE outbox_tasks t
 SET status = 'running', attempts = t.attempts + 1, lease_owner = $2,
     lease_expires_at = now() + $3 * interval '1 microsecond', updated_at = now()
@@ -31,7 +36,9 @@ WHERE t.id = $1 AND t.status IN ('available', 'waiting', 'running')
   AND t.next_attempt_at <= now()
   AND (t.lease_expires_at IS NULL OR t.lease_expires_at <= now())
   AND (t.expires_at IS NULL OR t.expires_at > now())
-RETURNING t.*";
+RETURNING ",
+    task_columns!()
+);
 
 const INSPECT_SQL: &str = "SELECT t.*, now() AS db_now FROM outbox_tasks t WHERE t.id = $1";
 
@@ -63,6 +70,7 @@ pub(crate) async fn one(
             .bind::<BigInt, _>(id.get())
             .bind::<Text, _>(&lease.owner)
             .bind::<BigInt, _>(micros(lease.duration))
+            .returning::<outbox_tasks::SqlType>()
             .get_result(conn)
             .await
             .optional()
@@ -110,7 +118,8 @@ pub(crate) async fn one(
 }
 
 /// Available rows only, in id order; expired ones met on the way are failed.
-const CLAIM_DUE_SQL: &str = "\
+const CLAIM_DUE_SQL: &str = concat!(
+    "\
 WITH due AS (
     SELECT t.id FROM outbox_tasks t
     WHERE t.status = 'available' AND t.id > $1
@@ -129,7 +138,9 @@ UPDATE outbox_tasks t SET
                             ELSE now() + $4 * interval '1 microsecond' END,
     updated_at = now()
 FROM due WHERE t.id = due.id
-RETURNING t.*";
+RETURNING ",
+    task_columns!()
+);
 
 /// Claims up to `request.limit` available tasks after the cursor, in id order.
 /// Expired tasks met on the way come back already failed.
@@ -146,6 +157,7 @@ pub(crate) async fn due(
         .bind::<BigInt, _>(micros(request.lease.duration))
         .bind::<Text, _>(EXPIRED_ERROR)
         .bind::<Nullable<Timestamptz>, _>(request.due_by)
+        .returning::<outbox_tasks::SqlType>()
         .load(conn)
         .await
         .map_err(postgres_error)?;
