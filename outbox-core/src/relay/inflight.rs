@@ -9,7 +9,10 @@ use tokio::{
 
 use tracing::Span;
 
-use super::writer::ResultWriter;
+use super::{
+    pacing::{Decision, Pacing},
+    writer::ResultWriter,
+};
 use crate::{
     Record, Store, Worker,
     transition::{self, Completion, Fence},
@@ -18,19 +21,31 @@ use crate::{
 /// Handlers running as tokio tasks, at most the worker's `concurrency`, with
 /// the claim each one holds. The relay claims only as many tasks as there
 /// are free slots, so a claimed task starts at once; nothing waits in a queue.
+/// How long handlers run decides when the relay claims again ([`Pacing`]).
 pub(super) struct Inflight<S> {
     worker: Worker<S>,
     tasks: JoinSet<Completion>,
-    /// Each running handler's claim, and when that claim was taken.
-    fences: HashMap<Id, (Fence, Instant)>,
+    /// Each running handler's claim, when that claim was taken, and when
+    /// the handler started.
+    fences: HashMap<Id, Running>,
+    pacing: Pacing,
+}
+
+/// One running handler's claim.
+struct Running {
+    fence: Fence,
+    claimed_at: Instant,
+    started_at: Instant,
 }
 
 impl<S: Store> Inflight<S> {
-    pub(super) fn new(worker: Worker<S>) -> Self {
+    /// Handlers of `worker`, at most `slots` of them started by one claim.
+    pub(super) fn new(worker: Worker<S>, slots: usize) -> Self {
         Self {
             worker,
             tasks: JoinSet::new(),
             fences: HashMap::new(),
+            pacing: Pacing::new(slots),
         }
     }
 
@@ -45,6 +60,15 @@ impl<S: Store> Inflight<S> {
             .config()
             .concurrency
             .saturating_sub(self.tasks.len())
+    }
+
+    /// Whether a relay under a backlog claims at `now` ([`Pacing::decide`]).
+    pub(super) fn pace(&self, now: Instant) -> Decision {
+        self.pacing.decide(self.free(), now)
+    }
+    /// A claim came back after `took`.
+    pub(super) fn claim_returned(&mut self, took: std::time::Duration) {
+        self.pacing.claim_returned(took);
     }
 
     /// Whether no handler runs.
@@ -72,7 +96,15 @@ impl<S: Store> Inflight<S> {
         let handle = self
             .tasks
             .spawn(async move { worker.attempt(record, claim).await.0 });
-        self.fences.insert(handle.id(), (fence, claimed_at));
+        let started_at = Instant::now();
+        self.fences.insert(
+            handle.id(),
+            Running {
+                fence,
+                claimed_at,
+                started_at,
+            },
+        );
     }
 
     /// Hands the results of handlers that finished to `writer`, without waiting.
@@ -110,9 +142,17 @@ impl<S: Store> Inflight<S> {
             Ok((id, completion)) => (id, Some(completion)),
             Err(error) => (error.id(), None),
         };
-        if let Some((fence, claimed_at)) = self.fences.remove(&id) {
-            let completion = completion.unwrap_or_else(|| transition::interrupt(fence));
-            writer.push(completion, self.lease_end(claimed_at));
+        if let Some(running) = self.fences.remove(&id) {
+            let completion = match completion {
+                Some(completion) => {
+                    let now = Instant::now();
+                    self.pacing
+                        .handler_finished(now.saturating_duration_since(running.started_at), now);
+                    completion
+                }
+                None => transition::interrupt(running.fence),
+            };
+            writer.push(completion, self.lease_end(running.claimed_at));
         }
     }
 

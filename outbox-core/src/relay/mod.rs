@@ -13,6 +13,7 @@ mod config;
 mod cursor;
 mod inflight;
 pub(crate) mod maintainer;
+mod pacing;
 mod writer;
 
 use std::{sync::Arc, time::Duration};
@@ -24,7 +25,7 @@ use tracing::{Instrument, Span};
 
 pub use config::RelayConfig;
 
-use self::{cursor::Cursor, inflight::Inflight, writer::ResultWriter};
+use self::{cursor::Cursor, inflight::Inflight, pacing::Decision, writer::ResultWriter};
 use crate::{BatchRequest, Maintenance, Result, Status, Wakeups, Worker, telemetry, transition};
 
 /// After a wake-up stream ended, the relay subscribes again no sooner than
@@ -120,7 +121,13 @@ impl<S: Maintenance> Relay<S> {
     pub async fn run(&self, shutdown: CancellationToken) -> RelayReport {
         let config = &self.config;
         let mut report = RelayReport::default();
-        let mut inflight = Inflight::new(self.worker.clone());
+        // A claim takes only as many tasks as there are free handler slots,
+        // so no claim waits in a queue while its lease runs down. While a
+        // backlog remains, claim again once half the slots are free, or
+        // once all are when handlers are fast (see `Pacing`); after a sleep
+        // or a wake-up, claim whatever is free.
+        let slots = config.batch_size.min(self.worker.config().concurrency);
+        let mut inflight = Inflight::new(self.worker.clone(), slots);
         // After a failed write, try again well within the lease.
         let retry_delay = config
             .poll_interval
@@ -143,12 +150,6 @@ impl<S: Maintenance> Relay<S> {
             stop_maintaining.clone(),
         )));
         let mut resubscribe_at = later(Instant::now(), resubscribe_in);
-        // A claim takes only as many tasks as there are free handler slots,
-        // so no claim waits in a queue while its lease runs down. While a
-        // backlog remains, claim again once half the slots are free, so
-        // claims stay batched; after a sleep or a wake-up, claim whatever is free.
-        let slots = config.batch_size.min(self.worker.config().concurrency);
-        let threshold = slots.div_ceil(2);
         // Claim at once; afterwards when the poll timer or a wake-up says so,
         // or when handler slots free up under a backlog.
         let mut claim_now = true;
@@ -192,11 +193,17 @@ impl<S: Maintenance> Relay<S> {
             }
             let free = inflight.free();
             let backpressure = writer.len() >= config.max_unwritten;
-            if claiming.is_none()
-                && (claim_now || (more && free >= threshold))
-                && free > 0
-                && !backpressure
-            {
+            let pace = inflight.pace(Instant::now());
+            // When to decide again, if the handlers still running are slow ones.
+            let mut stragglers_at = None;
+            let paced = match pace {
+                Decision::Claim => true,
+                Decision::Wait(at) => {
+                    stragglers_at = at.filter(|_| more && claiming.is_none());
+                    false
+                }
+            };
+            if claiming.is_none() && (claim_now || (more && paced)) && free > 0 && !backpressure {
                 claim_now = false;
                 let after = cursor.next(Instant::now());
                 claiming = Some(self.start_claim(free.min(config.batch_size), after));
@@ -224,6 +231,9 @@ impl<S: Maintenance> Relay<S> {
                 }
                 claimed = claimed(&mut claiming), if claiming.is_some() => {
                     let Some(claim) = claiming.take() else { continue };
+                    if matches!(claimed, Ok(Ok(_))) {
+                        inflight.claim_returned(claim.at.elapsed());
+                    }
                     let from_cursor = claim.after.is_some();
                     let started = self.started(
                         claimed,
@@ -257,6 +267,7 @@ impl<S: Maintenance> Relay<S> {
                     }
                 }
                 () = sleep_until(write_at) => {}
+                () = sleep_until(stragglers_at) => {}
                 () = tokio::time::sleep_until(resubscribe_at), if wakeups.is_none() => {}
                 () = sleep_until(poll_at), if !claim_now => {
                     claim_now = true;
