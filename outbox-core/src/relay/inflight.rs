@@ -66,9 +66,11 @@ impl<S: Store> Inflight<S> {
     pub(super) fn pace(&self, now: Instant) -> Decision {
         self.pacing.decide(self.free(), now)
     }
-    /// A claim came back after `took`.
-    pub(super) fn claim_returned(&mut self, took: std::time::Duration) {
-        self.pacing.claim_returned(took);
+    /// A claim started at `started` came back now.
+    pub(super) fn claim_returned(&mut self, started: Instant) {
+        let now = Instant::now();
+        self.pacing
+            .claim_returned(now.saturating_duration_since(started), now);
     }
 
     /// Whether no handler runs.

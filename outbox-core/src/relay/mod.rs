@@ -194,20 +194,20 @@ impl<S: Maintenance> Relay<S> {
             let free = inflight.free();
             let backpressure = writer.len() >= config.max_unwritten;
             let pace = inflight.pace(Instant::now());
-            // When to decide again, if the handlers still running are slow ones.
-            let mut stragglers_at = None;
-            let paced = match pace {
-                Decision::Claim => true,
-                Decision::Wait(at) => {
-                    stragglers_at = at.filter(|_| more && claiming.is_none());
-                    false
-                }
-            };
-            if claiming.is_none() && (claim_now || (more && paced)) && free > 0 && !backpressure {
+            if claiming.is_none()
+                && (claim_now || (more && pace == Decision::Claim))
+                && free > 0
+                && !backpressure
+            {
                 claim_now = false;
                 let after = cursor.next(Instant::now());
                 claiming = Some(self.start_claim(free.min(config.batch_size), after));
             }
+            // When to decide again if what still runs are slow handlers.
+            let stragglers_at = match pace {
+                Decision::Wait(at) if more && claiming.is_none() => at,
+                _ => None,
+            };
             let write_at = writer.deadline();
             tokio::select! {
                 biased;
@@ -232,7 +232,7 @@ impl<S: Maintenance> Relay<S> {
                 claimed = claimed(&mut claiming), if claiming.is_some() => {
                     let Some(claim) = claiming.take() else { continue };
                     if matches!(claimed, Ok(Ok(_))) {
-                        inflight.claim_returned(claim.at.elapsed());
+                        inflight.claim_returned(claim.at);
                     }
                     let from_cursor = claim.after.is_some();
                     let started = self.started(

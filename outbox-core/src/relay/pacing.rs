@@ -21,9 +21,14 @@ const SMOOTHING: u32 = 8;
 /// half would halve every claim for nothing: the other half is done long
 /// before the claim is back, and twice as many claims cost the database
 /// twice the round trips. Then the relay waits until every slot is free,
-/// or until no handler has finished for a claim's round trip (what still
-/// runs is slow, so the free half is claimed after all), and its claims
-/// stay full.
+/// or until neither a handler finished nor a claim came back for a claim's
+/// round trip (what still runs is slow, so the free half is claimed after
+/// all), and its claims stay full.
+///
+/// Both averages are taken as the relay sees them: a handler from its start
+/// to the loop taking its result, a claim from its start to the loop taking
+/// its rows, queueing on a busy runtime included. They only place the line
+/// between fast and slow handlers; either way the relay keeps claiming.
 #[derive(Debug)]
 pub(super) struct Pacing {
     slots: usize,
@@ -31,8 +36,8 @@ pub(super) struct Pacing {
     handler: Option<Duration>,
     /// Running average of a claim's round trip.
     claim: Option<Duration>,
-    /// When a handler last finished.
-    last_finish: Option<Instant>,
+    /// When a handler last finished or a claim last came back.
+    last_progress: Option<Instant>,
 }
 
 /// What [`Pacing::decide`] says.
@@ -51,19 +56,24 @@ impl Pacing {
             slots,
             handler: None,
             claim: None,
-            last_finish: None,
+            last_progress: None,
         }
     }
 
     /// A handler finished at `at` after running for `ran`.
     pub(super) fn handler_finished(&mut self, ran: Duration, at: Instant) {
         self.handler = Some(average(self.handler, ran));
-        self.last_finish = Some(at);
+        self.progressed(at);
     }
 
-    /// A claim came back after `took`.
-    pub(super) fn claim_returned(&mut self, took: Duration) {
+    /// A claim came back at `at` after `took`.
+    pub(super) fn claim_returned(&mut self, took: Duration, at: Instant) {
         self.claim = Some(average(self.claim, took));
+        self.progressed(at);
+    }
+
+    fn progressed(&mut self, at: Instant) {
+        self.last_progress = Some(self.last_progress.map_or(at, |last| last.max(at)));
     }
 
     /// Whether handlers finish in a fraction of a claim's round trip.
@@ -84,8 +94,9 @@ impl Pacing {
             return Decision::Claim;
         }
         // Half or more free and handlers are fast: wait for the rest, but
-        // no longer than a claim's round trip since the last one finished.
-        let (Some(last), Some(claim)) = (self.last_finish, self.claim) else {
+        // no longer than a claim's round trip since the last one finished
+        // (or since the last claim came back, which started the newest).
+        let (Some(last), Some(claim)) = (self.last_progress, self.claim) else {
             return Decision::Claim;
         };
         let stragglers = super::later(last, claim);
@@ -121,7 +132,7 @@ mod tests {
         // Before anything was measured: at half.
         assert_eq!(pacing.decide(49, now), Decision::Wait(None));
         assert_eq!(pacing.decide(50, now), Decision::Claim);
-        pacing.claim_returned(4 * MS);
+        pacing.claim_returned(4 * MS, now);
         pacing.handler_finished(2 * MS, now);
         assert!(!pacing.handlers_are_fast());
         assert_eq!(pacing.decide(50, now), Decision::Claim);
@@ -132,7 +143,7 @@ mod tests {
     fn fast_handlers_claim_when_every_slot_is_free_or_the_rest_are_stragglers() {
         let now = Instant::now();
         let mut pacing = Pacing::new(100);
-        pacing.claim_returned(4 * MS);
+        pacing.claim_returned(4 * MS, now);
         pacing.handler_finished(Duration::from_micros(50), now);
         assert!(pacing.handlers_are_fast());
         assert_eq!(pacing.decide(49, now), Decision::Wait(None));
@@ -141,13 +152,21 @@ mod tests {
         assert_eq!(pacing.decide(80, now + 4 * MS), Decision::Claim);
         // Every slot free: at once.
         assert_eq!(pacing.decide(100, now), Decision::Claim);
+        // A claim that just came back started the newest handlers: the
+        // free half waits for them even though the last one finished long ago.
+        let later = now + 100 * MS;
+        pacing.claim_returned(4 * MS, later);
+        assert_eq!(
+            pacing.decide(60, later),
+            Decision::Wait(Some(later + 4 * MS))
+        );
     }
 
     #[test]
     fn the_averages_follow_a_change_of_handler_speed() {
         let now = Instant::now();
         let mut pacing = Pacing::new(10);
-        pacing.claim_returned(4 * MS);
+        pacing.claim_returned(4 * MS, now);
         pacing.handler_finished(Duration::from_micros(50), now);
         assert!(pacing.handlers_are_fast());
         // Handlers slow down: within a few dozen results the relay claims at half again.

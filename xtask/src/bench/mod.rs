@@ -49,7 +49,8 @@ pub(crate) struct Args {
     #[arg(long)]
     no_nats: bool,
     /// Run only these scenarios (repeat the flag, or separate with commas);
-    /// all when not given. For profiling one of them.
+    /// all when not given. For profiling one of them; the table and the
+    /// JSON then hold only their figures.
     #[arg(long, value_enum, value_delimiter = ',')]
     scenario: Vec<Scenario>,
 }
@@ -131,6 +132,11 @@ struct Results {
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let plan = Plan::new(args.quick);
     let only = Only(args.scenario.clone());
+    if only.0.contains(&Scenario::Nats) && (args.no_nats || !cfg!(feature = "nats")) {
+        anyhow::bail!(
+            "--scenario nats needs JetStream: drop --no-nats (and build with the `nats` feature)"
+        );
+    }
     let profile = if cfg!(debug_assertions) {
         "debug"
     } else {
