@@ -2,6 +2,7 @@
 
 use std::{
     any::Any,
+    future::Future,
     panic::AssertUnwindSafe,
     time::{Duration, Instant},
 };
@@ -17,12 +18,17 @@ use crate::{Delivery, Record, Registry, telemetry, transition::Outcome};
 /// a panic is caught and recorded the same way, so the worker lives on.
 /// The attempt's span follows from `claim`, the span of the claim that took
 /// the task (disabled when there is none), which is dropped once linked.
-pub(crate) async fn run_handler(
+///
+/// The delivery, its span and the handler are prepared here, before the
+/// returned future runs, so the future holds the task once and nothing of
+/// the record it came from: handlers run by the hundred, each future is
+/// moved into its slot, and its size is what every start copies.
+pub(crate) fn run_handler(
     registry: &Registry,
     record: Record,
     timeout: Duration,
     claim: Span,
-) -> Outcome {
+) -> impl Future<Output = Outcome> + Send + 'static {
     let created_at = record.created_at;
     let delivery = Delivery::new(record.id, record.runs(), record.task);
     let key = delivery.key();
@@ -32,8 +38,11 @@ pub(crate) async fn run_handler(
     telemetry::adopt_parent(&span, delivery.headers());
     span.follows_from(&claim);
     drop(claim); // a relay's cycle ends once its handlers started
-    let outcome = async {
-        let Some(handler) = registry.get(&key) else {
+    let handler = registry.get(&key).cloned();
+    // Combinators rather than an outer `async` block, which would hold the
+    // inner future twice (as captured, and as awaited).
+    let call = async move {
+        let Some(handler) = handler else {
             return Outcome::NoHandler(format!("no handler registered for {key}"));
         };
         if delivery.attempt == 1 {
@@ -55,20 +64,20 @@ pub(crate) async fn run_handler(
             }
             Err(_) => Outcome::Retryable(format!("handler timed out after {timeout:?}")),
         }
-    }
-    .instrument(span.clone())
-    .await;
-    span.record("outbox.outcome", outcome_name(&outcome));
-    if !matches!(outcome, Outcome::Succeeded) {
-        span.record("otel.status_code", "error");
-    }
-    match &outcome {
-        Outcome::Succeeded => tracing::debug!(parent: &span, "delivered"),
-        Outcome::Retryable(error) | Outcome::Permanent(error) | Outcome::NoHandler(error) => {
-            tracing::warn!(parent: &span, error = %error, "attempt failed");
+    };
+    call.instrument(span.clone()).map(move |outcome| {
+        span.record("outbox.outcome", outcome_name(&outcome));
+        if !matches!(outcome, Outcome::Succeeded) {
+            span.record("otel.status_code", "error");
         }
-    }
-    outcome
+        match &outcome {
+            Outcome::Succeeded => tracing::debug!(parent: &span, "delivered"),
+            Outcome::Retryable(error) | Outcome::Permanent(error) | Outcome::NoHandler(error) => {
+                tracing::warn!(parent: &span, error = %error, "attempt failed");
+            }
+        }
+        outcome
+    })
 }
 
 fn outcome_name(outcome: &Outcome) -> &'static str {

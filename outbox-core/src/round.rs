@@ -1,8 +1,8 @@
 //! One compensation round: [`Worker::retry_pending`] and its [`RoundReport`].
 
-use std::time::Instant;
+use std::{future::Future, time::Instant};
 
-use futures_util::{StreamExt, stream};
+use futures_util::{FutureExt, StreamExt, future::Either, stream};
 use tracing::{Instrument, Span};
 
 use crate::{
@@ -134,16 +134,21 @@ impl<S: Store> Worker<S> {
     }
 
     /// Runs one claimed record, unless its lease would run out before the
-    /// handler timeout: then the claim is released unstarted.
-    async fn attempt_within_lease(
+    /// handler timeout: then the claim is released unstarted. Decided when
+    /// called, which is when the round is about to start the handler.
+    fn attempt_within_lease(
         &self,
         record: Record,
         claimed_at: Instant,
         claim: Span,
-    ) -> Completion {
-        if !self.lease_outlasts_handler(claimed_at) {
-            return transition::release(self.fence(&record));
+    ) -> impl Future<Output = Completion> + Send + 'static {
+        if self.lease_outlasts_handler(claimed_at) {
+            Either::Left(
+                self.attempt(record, claim)
+                    .map(|(completion, _)| completion),
+            )
+        } else {
+            Either::Right(std::future::ready(transition::release(self.fence(&record))))
         }
-        self.attempt(record, claim).await.0
     }
 }

@@ -2,6 +2,7 @@
 
 use std::{future::Future, sync::Arc};
 
+use futures_util::FutureExt;
 use tokio::{
     runtime::Handle,
     sync::{Semaphore, watch},
@@ -251,28 +252,30 @@ impl<S: Store> Worker<S> {
     }
 
     /// Runs the handler for a claimed record and decides the completion;
-    /// `claim` is the span of the claim that took it.
-    pub(crate) async fn attempt(&self, record: Record, claim: Span) -> (Completion, Outcome) {
+    /// `claim` is the span of the claim that took it. What the attempt needs
+    /// is taken from the record here; the returned future owns it (see
+    /// [`run_handler`] on why it holds no record).
+    pub(crate) fn attempt(
+        &self,
+        record: Record,
+        claim: Span,
+    ) -> impl Future<Output = (Completion, Outcome)> + Send + 'static {
         let fence = self.fence(&record);
         let run = record.runs();
         let max_attempts = record.task.max_attempts;
         let kind = record.task.kind.clone();
-        let outcome = run_handler(
+        let retry = self.inner.config.retry;
+        let running = run_handler(
             &self.inner.registry,
             record,
             self.inner.config.handler_timeout,
             claim,
-        )
-        .await;
-        let completion = transition::decide(
-            fence,
-            run,
-            max_attempts,
-            outcome.clone(),
-            &self.inner.config.retry,
         );
-        telemetry::outcome(&kind, &completion);
-        (completion, outcome)
+        running.map(move |outcome| {
+            let completion = transition::decide(fence, run, max_attempts, outcome.clone(), &retry);
+            telemetry::outcome(&kind, &completion);
+            (completion, outcome)
+        })
     }
 
     /// Writes completions; a fenced-out write is logged, not an error.
