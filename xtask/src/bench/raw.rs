@@ -70,7 +70,9 @@ pub(crate) trait Raw: TestBackend {
         prepare: Prepare,
     ) -> impl Future<Output = anyhow::Result<i64>> + Send;
 
-    /// Inserts `payloads.len()` outbox rows in one statement.
+    /// Inserts `payloads.len()` outbox rows in one statement and reads
+    /// their ids back (PostgreSQL: `RETURNING id`; MySQL: the first id, the
+    /// others follow it).
     fn insert_tasks(
         conn: &mut Self::Conn,
         payloads: &[Vec<u8>],
@@ -190,13 +192,20 @@ mod postgres {
             conn: &mut AsyncPgConnection,
             payloads: &[Vec<u8>],
         ) -> anyhow::Result<()> {
-            diesel_outbox_sql::cached::<Pg>(
+            // The ids come back, as from the single insert: to send after commit.
+            let ids: Vec<Id> = diesel_outbox_sql::cached::<Pg>(
                 "INSERT INTO outbox_tasks (kind, version, payload, headers) \
-                 SELECT 'order.created', 1, p, '{}' FROM unnest($1::bytea[]) AS p",
+                 SELECT 'order.created', 1, p, '{}' FROM unnest($1::bytea[]) AS p RETURNING id",
             )
             .bind::<Array<Bytea>, _>(payloads)
-            .execute(conn)
+            .load(conn)
             .await?;
+            anyhow::ensure!(
+                ids.len() == payloads.len(),
+                "inserted {} of {}",
+                ids.len(),
+                payloads.len()
+            );
             Ok(())
         }
 
