@@ -24,7 +24,8 @@ use diesel_outbox_sql::{cached, mysql_error};
 
 use crate::{
     json_rows,
-    row::TaskRow,
+    row::{TaskRow, task_columns},
+    schema::outbox_tasks,
     store_transaction::{Isolation, read_committed},
     timestamp,
 };
@@ -204,14 +205,17 @@ async fn decode_or_fail(
 /// primary key, costed as if available rows were spread evenly through the
 /// table, and with a long retained history before them it would read every
 /// finished row first.
-const LOCK_DUE_SQL: &str = "\
-SELECT t.*, UTC_TIMESTAMP(6) AS db_now
+const LOCK_DUE_SQL: &str = concat!(
+    "SELECT ",
+    task_columns!(),
+    ", UTC_TIMESTAMP(6) AS db_now
 FROM outbox_tasks t FORCE INDEX (outbox_tasks_claim_idx)
 WHERE t.status = 'available' AND t.id > ?
   AND t.next_attempt_at <= COALESCE(?, UTC_TIMESTAMP(6))
 ORDER BY t.id
 LIMIT ?
-FOR UPDATE SKIP LOCKED";
+FOR UPDATE SKIP LOCKED"
+);
 
 /// Claims up to `request.limit` available tasks after the cursor, in id order.
 /// Expired tasks met on the way come back already failed.
@@ -224,18 +228,20 @@ pub(crate) async fn due(
         i64::try_from(request.limit).map_err(|_| Error::invalid("batch_size", "too large"))?;
     let due_by = timestamp::to_column_opt("due_by", request.due_by)?;
     read_committed(conn, isolation, async |conn| {
-        let locked: Vec<Locked> = cached::<Mysql>(LOCK_DUE_SQL)
+        // Read by position: by name, every field is looked up among every column.
+        let locked: Vec<(TaskRow, NaiveDateTime)> = cached::<Mysql>(LOCK_DUE_SQL)
             .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
             .bind::<Nullable<Datetime>, _>(due_by)
             .bind::<BigInt, _>(limit)
+            .returning::<(outbox_tasks::SqlType, Datetime)>()
             .load(conn)
             .await
             .map_err(mysql_error)?;
         let mut records = Vec::with_capacity(locked.len());
         let (mut claimed, mut expired) = (Vec::new(), Vec::new());
-        for row in locked {
-            let now = timestamp::from_column(row.db_now);
-            let Some(record) = decode_or_fail(conn, row.task, now).await? else {
+        for (task, db_now) in locked {
+            let now = timestamp::from_column(db_now);
+            let Some(record) = decode_or_fail(conn, task, now).await? else {
                 continue;
             };
             if transition::availability(&record.state(), now) == Availability::Expired {

@@ -6,6 +6,19 @@ use diesel_outbox_core::{Error, Record, Result, StoredRow, TaskId};
 
 use crate::{schema::outbox_tasks, timestamp::from_column};
 
+/// Every column of `outbox_tasks` (as `t`), in the order of [`TaskRow`]'s
+/// fields and of [`outbox_tasks::SqlType`], for statements whose rows are
+/// read by position.
+macro_rules! task_columns {
+    () => {
+        "t.id, t.kind, t.version, t.payload, t.headers, t.ordering_key, t.dedup_key, \
+         t.status, t.attempts, t.released, t.max_attempts, t.next_attempt_at, \
+         t.lease_owner, t.lease_expires_at, t.expires_at, t.last_error, t.created_at, \
+         t.updated_at, t.finished_at"
+    };
+}
+pub(crate) use task_columns;
+
 /// One row, as selected by the store's statements.
 #[derive(Debug, Queryable, QueryableByName, Selectable)]
 #[diesel(table_name = outbox_tasks, check_for_backend(diesel::mysql::Mysql))]
@@ -85,5 +98,40 @@ impl TryFrom<TaskRow> for StoredRow {
             updated_at: from_column(row.updated_at),
             finished_at: row.finished_at.map(from_column),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use diesel::{mysql::Mysql, prelude::*};
+
+    use super::TaskRow;
+    use crate::schema::outbox_tasks;
+
+    /// The column names a query selects, without table qualifiers or quotes.
+    fn selected(query: impl diesel::query_builder::QueryFragment<Mysql>) -> Vec<String> {
+        let sql = diesel::debug_query::<Mysql, _>(&query).to_string();
+        let list = sql
+            .strip_prefix("SELECT ")
+            .and_then(|rest| rest.split(" FROM ").next())
+            .unwrap_or_default();
+        list.split(", ")
+            .map(|column| column.rsplit('.').next().unwrap_or(column).replace('`', ""))
+            .collect()
+    }
+
+    /// Rows read by position come back right only if the statement's column
+    /// list, the table's column order and `TaskRow`'s field order agree.
+    #[test]
+    fn positional_columns_match_the_schema_and_the_row_fields() {
+        let listed: Vec<String> = task_columns!()
+            .split(',')
+            .map(|column| column.trim().trim_start_matches("t.").to_owned())
+            .collect();
+        let schema = selected(outbox_tasks::table.select(outbox_tasks::all_columns));
+        let fields = selected(outbox_tasks::table.select(TaskRow::as_select()));
+        assert_eq!(listed.len(), 19);
+        assert_eq!(listed, schema);
+        assert_eq!(listed, fields);
     }
 }
