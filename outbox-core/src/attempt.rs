@@ -22,7 +22,9 @@ use crate::{Delivery, Record, Registry, telemetry, transition::Outcome};
 /// The delivery, its span and the handler are prepared here, before the
 /// returned future runs, so the future holds the task once and nothing of
 /// the record it came from: handlers run by the hundred, each future is
-/// moved into its slot, and its size is what every start copies.
+/// moved into its slot, and its size is what every start copies. Callers
+/// build it right before they run it (a future dropped unpolled leaves an
+/// attempt span without an outcome).
 pub(crate) fn run_handler(
     registry: &Registry,
     record: Record,
@@ -52,7 +54,15 @@ pub(crate) fn run_handler(
             telemetry::commit_to_send(&key.kind, since_insert);
         }
         let started = Instant::now();
-        let call = AssertUnwindSafe(handler.handle(delivery)).catch_unwind();
+        // A handler written without `async_trait` may panic before it
+        // returns its future: caught too.
+        let call = match std::panic::catch_unwind(AssertUnwindSafe(|| handler.handle(delivery))) {
+            Ok(call) => AssertUnwindSafe(call).catch_unwind(),
+            Err(panic) => {
+                telemetry::handler_duration(&key.kind, started.elapsed());
+                return Outcome::Retryable(format!("handler panicked: {}", panic_text(&*panic)));
+            }
+        };
         let result = tokio::time::timeout(timeout, call).await;
         telemetry::handler_duration(&key.kind, started.elapsed());
         match result {

@@ -96,3 +96,51 @@ pub async fn panicking_handler_is_recorded_and_the_worker_lives<B: TestBackend>(
     assert_eq!(handle.succeeded_ids(), [second, first]);
     Ok(())
 }
+
+/// A handler that panics before it returns its future (written without
+/// `async_trait`) is recorded like one that panics while it runs.
+pub async fn a_handler_panicking_before_its_future_is_recorded<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    struct PanicsAtCall;
+
+    impl diesel_outbox_core::Handler for PanicsAtCall {
+        fn handle<'a, 'f>(
+            &'a self,
+            _delivery: diesel_outbox_core::Delivery,
+        ) -> std::pin::Pin<
+            Box<dyn Future<Output = Result<(), diesel_outbox_core::HandlerError>> + Send + 'f>,
+        >
+        where
+            'a: 'f,
+            Self: 'f,
+        {
+            panic!("{}", handler::INJECTED_PANIC)
+        }
+    }
+
+    let registry = diesel_outbox_core::Registry::builder()
+        .handler(super::support::KIND, 1, PanicsAtCall)
+        .build()?;
+    let worker = worker(db, registry, config("w"))?;
+    let id = enqueue_one(db, task(1)).await?;
+    let err = worker.send(id).await.err();
+    assert!(
+        matches!(
+            err,
+            Some(Error::Handler {
+                will_retry: true,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    let record = get(db, id).await?;
+    assert_eq!(record.status, Status::Available);
+    assert!(
+        record.last_error.contains(handler::INJECTED_PANIC),
+        "{}",
+        record.last_error
+    );
+    Ok(())
+}

@@ -127,6 +127,7 @@ macro_rules! conformance_tests {
             send_async_returns_at_once,
             hanging_handler_is_cut_at_the_timeout,
             panicking_handler_is_recorded_and_the_worker_lives,
+            a_handler_panicking_before_its_future_is_recorded,
             headers_reach_the_handler_unchanged,
             last_error_is_cut_on_a_utf8_boundary,
             attempts_are_measured,

@@ -71,8 +71,8 @@ pub(crate) trait Raw: TestBackend {
     ) -> impl Future<Output = anyhow::Result<i64>> + Send;
 
     /// Inserts `payloads.len()` outbox rows in one statement and reads
-    /// their ids back (PostgreSQL: `RETURNING id`; MySQL: the first id, the
-    /// others follow it).
+    /// their ids back (`RETURNING id`, or on MySQL `LAST_INSERT_ID()`, the
+    /// first id, which the others follow).
     fn insert_tasks(
         conn: &mut Self::Conn,
         payloads: &[Vec<u8>],
