@@ -74,23 +74,7 @@ pub async fn panicking_handler_is_recorded_and_the_worker_lives<B: TestBackend>(
     let first = enqueue_one(db, task(1)).await?;
     let second = enqueue_one(db, task(2)).await?;
     let err = worker.send_async(first).await?.err();
-    assert!(
-        matches!(
-            err,
-            Some(Error::Handler {
-                will_retry: true,
-                ..
-            })
-        ),
-        "{err:?}"
-    );
-    let record = get(db, first).await?;
-    assert_eq!(record.status, Status::Available);
-    assert!(
-        record.last_error.contains(handler::INJECTED_PANIC),
-        "{}",
-        record.last_error
-    );
+    assert_panic_recorded(db, first, err).await?;
     worker.send_async(second).await??;
     worker.send(first).await?;
     assert_eq!(handle.succeeded_ids(), [second, first]);
@@ -119,12 +103,21 @@ pub async fn a_handler_panicking_before_its_future_is_recorded<B: TestBackend>(
         }
     }
 
-    let registry = diesel_outbox_core::Registry::builder()
-        .handler(super::support::KIND, 1, PanicsAtCall)
-        .build()?;
-    let worker = worker(db, registry, config("w"))?;
+    let worker = worker(db, registry(PanicsAtCall)?, config("w"))?;
     let id = enqueue_one(db, task(1)).await?;
     let err = worker.send(id).await.err();
+    assert_panic_recorded(db, id, err).await?;
+    Ok(())
+}
+
+/// The send of task `id` failed with `err` because its handler panicked:
+/// a retryable handler error, and the task available again with the panic
+/// in its `last_error`.
+async fn assert_panic_recorded<B: TestBackend>(
+    db: &B,
+    id: diesel_outbox_core::TaskId,
+    err: Option<Error>,
+) -> anyhow::Result<()> {
     assert!(
         matches!(
             err,
