@@ -6,12 +6,19 @@ use futures_util::{FutureExt, StreamExt, future::Either, stream};
 use tracing::{Instrument, Span};
 
 use crate::{
-    BatchRequest, Error, Record, Result, Status, Store, Worker,
+    BatchRequest, Error, Record, Result, Status, Store, Worker, WriteReport,
     limits::MAX_BATCH_SIZE,
     relay::maintainer::drain,
     telemetry,
     transition::{self, Completion},
 };
+
+/// A claimed batch, the claim's span, and when the claim went out.
+struct Claimed {
+    records: Vec<Record>,
+    span: Span,
+    at: Instant,
+}
 
 /// What one call of [`Worker::retry_pending`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -40,6 +47,14 @@ pub struct RoundReport {
 }
 
 impl RoundReport {
+    /// Counts the results of one batch's write.
+    fn tally(&mut self, written: &WriteReport) {
+        for completion in &written.written {
+            self.count(completion);
+        }
+        self.dropped += written.dropped;
+    }
+
     fn count(&mut self, completion: &Completion) {
         match completion.status {
             _ if completion.released => self.released += 1,
@@ -62,10 +77,12 @@ impl<S: Store> Worker<S> {
     /// tasks due when it began, so each task is tried at most once per round
     /// even when its retry is due at once or another worker runs a round
     /// concurrently. Handlers run concurrently (up to the configured
-    /// concurrency) and results are written back one statement per batch; a
+    /// concurrency) and results are written back one statement per batch,
+    /// on another connection while the next batch is claimed; a
     /// result the database refuses is recorded as a failure of its task
     /// instead ([`Worker::write_results`]). The round stops early on a passing
-    /// database fault (returned) and never on a handler error (recorded on
+    /// database fault (returned; a batch claimed beside the failed write is
+    /// given back unstarted) and never on a handler error (recorded on
     /// the task). Dropping the future cancels the round;
     /// tasks it had claimed become claimable again when their lease ends.
     pub async fn retry_pending(&self, batch_size: usize) -> Result<RoundReport> {
@@ -95,9 +112,13 @@ impl<S: Store> Worker<S> {
             after: None,
             due_by: None,
         };
+        let mut claimed = self.claim_batch(&request).await?;
         loop {
-            let claimed_at = Instant::now();
-            let (records, claim) = self.claim_due(&request).await?;
+            let Claimed {
+                records,
+                span: claim,
+                at: claimed_at,
+            } = claimed;
             let Some(last) = records.iter().map(|r| r.id).max() else {
                 break;
             };
@@ -121,16 +142,60 @@ impl<S: Store> Worker<S> {
                 .buffer_unordered(self.config().concurrency)
                 .collect()
                 .await;
-            let written = self.write_results(&completions).await?;
-            for completion in &written.written {
-                report.count(completion);
-            }
-            report.dropped += written.dropped;
             if exhausted {
+                report.tally(&self.write_results(&completions).await?);
                 break;
             }
+            // The next claim goes out beside this batch's write, each on a
+            // connection of its own: between two batches a round waits for
+            // one round trip, not two.
+            let (written, next) = futures_util::future::join(
+                self.write_results(&completions),
+                self.claim_batch(&request),
+            )
+            .await;
+            match written {
+                Ok(written) => report.tally(&written),
+                Err(error) => {
+                    if let Ok(next) = next {
+                        self.give_back(next.records).await;
+                    }
+                    return Err(error);
+                }
+            }
+            claimed = next?;
         }
         Ok(report)
+    }
+
+    /// Claims the next batch of `request`, noting when the claim went out.
+    async fn claim_batch(&self, request: &BatchRequest) -> Result<Claimed> {
+        let at = Instant::now();
+        let (records, span) = self.claim_due(request).await?;
+        Ok(Claimed { records, span, at })
+    }
+
+    /// Gives back a batch claimed but never started, after its round
+    /// stopped on a fault: each task is claimable again at once, and the
+    /// claim does not count as a run. Expired tasks came back failed and
+    /// only go to the failure hook. If the give-back cannot be written
+    /// either, the leases lapse and the tasks run later.
+    async fn give_back(&self, records: Vec<Record>) {
+        let mut releases = Vec::with_capacity(records.len());
+        for record in records {
+            if record.status == Status::Failed {
+                self.report_failed(record);
+            } else {
+                releases.push(transition::release(self.fence(&record)));
+            }
+        }
+        if let Err(error) = self.write(&releases).await {
+            tracing::warn!(
+                error = %error.chain(),
+                "could not give back the batch claimed when the round stopped; \
+                 its tasks run again once their leases lapse"
+            );
+        }
     }
 
     /// Runs one claimed record, unless its lease would run out before the

@@ -9,4 +9,5 @@ mod migration_lock;
 mod notify;
 mod own_schema;
 mod pool_recycling;
+mod round_faults;
 mod spawned_transaction;
