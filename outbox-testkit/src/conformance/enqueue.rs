@@ -159,6 +159,10 @@ pub async fn enqueue_many_stores_every_field<B: TestBackend>(db: &B) -> anyhow::
             task(3)
                 .not_before(at(30).unwrap_or_default())
                 .header("two", "2"),
+            // Text that needs escaping or is not ASCII, beside plain rows.
+            task(4)
+                .ordering_key("ключ \"q\" \\ ✓")
+                .header("quote", "a\"b\\c\n ✓"),
         ],
     ];
     // The first task of a key heads it; the key's later ones are blocked.
