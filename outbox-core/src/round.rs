@@ -78,7 +78,9 @@ impl<S: Store> Worker<S> {
     /// even when its retry is due at once or another worker runs a round
     /// concurrently. Handlers run concurrently (up to the configured
     /// concurrency) and results are written back one statement per batch,
-    /// on another connection while the next batch is claimed; a
+    /// while the next batch is claimed on another pooled connection (after
+    /// the write instead, when it lets an ordering key move on; SQLite runs
+    /// the two one after the other, as it does every write); a
     /// result the database refuses is recorded as a failure of its task
     /// instead ([`Worker::write_results`]). The round stops early on a passing
     /// database fault (returned; a batch claimed beside the failed write is
@@ -146,24 +148,39 @@ impl<S: Store> Worker<S> {
                 report.tally(&self.write_results(&completions).await?);
                 break;
             }
-            // The next claim goes out beside this batch's write, each on a
-            // connection of its own: between two batches a round waits for
-            // one round trip, not two.
+            // A write that lets an ordering key move on makes the key's next
+            // task available: the next claim follows it, so the round sees
+            // that task, as it would without the overlap.
+            if completions.iter().any(transition::moves_key_on) {
+                report.tally(&self.write_results(&completions).await?);
+                claimed = self.claim_batch(&request).await?;
+                continue;
+            }
+            // Otherwise the next claim goes out beside this batch's write,
+            // each on a connection of its own: between two batches a round
+            // waits for one round trip, not two.
             let (written, next) = futures_util::future::join(
                 self.write_results(&completions),
                 self.claim_batch(&request),
             )
             .await;
-            match written {
-                Ok(written) => report.tally(&written),
-                Err(error) => {
-                    if let Ok(next) = next {
-                        self.give_back(next.records).await;
-                    }
+            match (written, next) {
+                (Ok(written), next) => {
+                    report.tally(&written);
+                    claimed = next?;
+                }
+                (Err(error), Ok(next)) => {
+                    self.give_back(next.records).await;
+                    return Err(error);
+                }
+                (Err(error), Err(claim_error)) => {
+                    tracing::warn!(
+                        error = %claim_error.chain(),
+                        "the claim beside a failed write failed too"
+                    );
                     return Err(error);
                 }
             }
-            claimed = next?;
         }
         Ok(report)
     }
@@ -182,13 +199,16 @@ impl<S: Store> Worker<S> {
     /// either, the leases lapse and the tasks run later.
     async fn give_back(&self, records: Vec<Record>) {
         let mut releases = Vec::with_capacity(records.len());
+        let mut expired = 0;
         for record in records {
             if record.status == Status::Failed {
+                expired += 1;
                 self.report_failed(record);
             } else {
                 releases.push(transition::release(self.fence(&record)));
             }
         }
+        telemetry::expired(expired);
         if let Err(error) = self.write(&releases).await {
             tracing::warn!(
                 error = %error.chain(),

@@ -112,6 +112,7 @@ macro_rules! conformance_tests {
             retry_round_expires_overdue_tasks,
             writers_and_workers_run_side_by_side,
             a_round_tries_each_task_once,
+            a_round_delivers_the_key_successor_its_write_released,
             claims_near_their_lease_end_are_released,
             send_waits_for_the_older_task_of_its_key,
             a_round_keeps_a_key_in_order,

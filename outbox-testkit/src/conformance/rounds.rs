@@ -186,6 +186,38 @@ pub async fn a_round_tries_each_task_once<B: TestBackend>(db: &B) -> anyhow::Res
     Ok(())
 }
 
+/// A batch whose write lets an ordering key move on is written before the
+/// next claim, so the key's next task, made available by that write, is
+/// delivered in the same round (batch size 2: the head and a keyless task,
+/// then the key's second task). Claimed beside the write, it would still be
+/// blocked, and the round would end without it.
+pub async fn a_round_delivers_the_key_successor_its_write_released<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    let (mock, handle) = handler::recording();
+    let worker = worker(db, super::support::registry(mock)?, config("w"))?;
+    // Several rounds, since a claim beside the write would only usually
+    // miss the successor.
+    for round in 0..5 {
+        let ids = super::support::enqueue_committed(
+            db,
+            vec![
+                task(1).ordering_key("k"),
+                task(2),
+                task(3).ordering_key("k"),
+            ],
+        )
+        .await?;
+        assert_eq!(get(db, ids[2]).await?.status, Status::Blocked);
+        let report = worker.retry_pending(2).await?;
+        assert_eq!(report.succeeded, 3, "round {round}: {report:?}");
+        let mut delivered = handle.succeeded_ids()[3 * round..].to_vec();
+        delivered.sort();
+        assert_eq!(delivered, ids, "round {round}");
+    }
+    Ok(())
+}
+
 /// A row another session holds locked is skipped, not waited for.
 pub async fn a_round_skips_rows_locked_elsewhere<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let ids = super::support::enqueue_committed(db, vec![task(1), task(2), task(3)]).await?;
