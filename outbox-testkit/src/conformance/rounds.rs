@@ -187,10 +187,12 @@ pub async fn a_round_tries_each_task_once<B: TestBackend>(db: &B) -> anyhow::Res
 }
 
 /// A batch whose write lets an ordering key move on is written before the
-/// next claim, so the key's next task, made available by that write, is
-/// delivered in the same round (batch size 2: the head and a keyless task,
-/// then the key's second task). Claimed beside the write, it would still be
-/// blocked, and the round would end without it.
+/// next claim, so the key's next task, made available by that write and
+/// above the batch's ids, is delivered in the same round (batch size 2: the
+/// head and a keyless task, then the key's second task). Claimed beside the
+/// write, it would usually still be blocked, and the round would end
+/// without it (on PostgreSQL and MySQL/MariaDB; SQLite's writes take turns
+/// anyway).
 pub async fn a_round_delivers_the_key_successor_its_write_released<B: TestBackend>(
     db: &B,
 ) -> anyhow::Result<()> {
