@@ -5,7 +5,7 @@ use std::{fmt, future::Future, panic::AssertUnwindSafe, pin::Pin, sync::Arc};
 
 use futures_util::FutureExt;
 
-use crate::{Record, Store, TaskId, Worker, attempt::panic_text};
+use crate::{Record, Status, Store, TaskId, Worker, attempt::panic_text, telemetry};
 
 type HookFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -51,6 +51,22 @@ impl<S: Store> Worker<S> {
             let hook = hook.clone();
             self.spawn_tracked(async move { run_hook(&hook, record).await });
         }
+    }
+
+    /// Takes out of a claimed batch the tasks the claim found past their
+    /// deadline (they come back already failed), counts them in
+    /// `outbox_expired_total` and runs the failure hook for each; returns
+    /// how many. What stays in `records` is to be started or given back.
+    pub(crate) fn set_aside_expired(&self, records: &mut Vec<Record>) -> u64 {
+        let mut expired = 0;
+        for record in records.extract_if(.., |record| record.status == Status::Failed) {
+            expired += 1;
+            self.report_failed(record);
+        }
+        if expired > 0 {
+            telemetry::expired(expired);
+        }
+        expired
     }
 
     /// Like [`report_failed`](Self::report_failed) for tasks known by id:

@@ -117,7 +117,7 @@ impl<S: Store> Worker<S> {
         let mut claimed = self.claim_batch(&request).await?;
         loop {
             let Claimed {
-                records,
+                mut records,
                 span: claim,
                 at: claimed_at,
             } = claimed;
@@ -130,29 +130,22 @@ impl<S: Store> Worker<S> {
                 request.due_by = records.iter().map(|r| r.updated_at).min();
             }
             let exhausted = records.len() < batch_size;
-            let (expired, due): (Vec<Record>, Vec<Record>) = records
-                .into_iter()
-                .partition(|record| record.status == Status::Failed);
-            report.expired += expired.len() as u64;
-            telemetry::expired(expired.len() as u64);
-            for record in expired {
-                self.report_failed(record);
-            }
-            report.claimed += due.len() as u64;
-            let completions: Vec<Completion> = stream::iter(due)
+            report.expired += self.set_aside_expired(&mut records);
+            report.claimed += records.len() as u64;
+            let completions: Vec<Completion> = stream::iter(records)
                 .map(|record| self.attempt_within_lease(record, claimed_at, claim.clone()))
                 .buffer_unordered(self.config().concurrency)
                 .collect()
                 .await;
-            if exhausted {
+            // After the last batch there is nothing to claim. A write that
+            // lets an ordering key move on makes the key's next task
+            // available: the next claim follows it, so the round sees that
+            // task, as it would without the overlap.
+            if exhausted || completions.iter().any(transition::moves_key_on) {
                 report.tally(&self.write_results(&completions).await?);
-                break;
-            }
-            // A write that lets an ordering key move on makes the key's next
-            // task available: the next claim follows it, so the round sees
-            // that task, as it would without the overlap.
-            if completions.iter().any(transition::moves_key_on) {
-                report.tally(&self.write_results(&completions).await?);
+                if exhausted {
+                    break;
+                }
                 claimed = self.claim_batch(&request).await?;
                 continue;
             }
@@ -197,18 +190,12 @@ impl<S: Store> Worker<S> {
     /// claim does not count as a run. Expired tasks came back failed and
     /// only go to the failure hook. If the give-back cannot be written
     /// either, the leases lapse and the tasks run later.
-    async fn give_back(&self, records: Vec<Record>) {
-        let mut releases = Vec::with_capacity(records.len());
-        let mut expired = 0;
-        for record in records {
-            if record.status == Status::Failed {
-                expired += 1;
-                self.report_failed(record);
-            } else {
-                releases.push(transition::release(self.fence(&record)));
-            }
-        }
-        telemetry::expired(expired);
+    async fn give_back(&self, mut records: Vec<Record>) {
+        self.set_aside_expired(&mut records);
+        let releases: Vec<Completion> = records
+            .iter()
+            .map(|record| transition::release(self.fence(record)))
+            .collect();
         if let Err(error) = self.write(&releases).await {
             tracing::warn!(
                 error = %error.chain(),

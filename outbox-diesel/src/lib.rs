@@ -16,6 +16,7 @@
 
 mod cached;
 mod close_unless_released;
+mod columns;
 mod error;
 mod migrate;
 mod migration_lock;
@@ -26,6 +27,7 @@ mod transaction;
 
 pub use cached::{CachedQuery, TypedQuery, cached, uncached};
 pub use close_unless_released::CloseUnlessReleased;
+pub use columns::{listed_columns, selected_columns};
 pub use error::{
     mysql_error, mysql_pool_error, postgres_error, postgres_pool_error, sqlite_connection_error,
     sqlite_error, sqlite_pool_error,

@@ -104,32 +104,19 @@ impl TryFrom<TaskRow> for StoredRow {
 #[cfg(test)]
 mod tests {
     use diesel::{mysql::Mysql, prelude::*};
+    use diesel_outbox_sql::{listed_columns, selected_columns};
 
     use super::TaskRow;
     use crate::schema::outbox_tasks;
-
-    /// The column names a query selects, without table qualifiers or quotes.
-    fn selected(query: impl diesel::query_builder::QueryFragment<Mysql>) -> Vec<String> {
-        let sql = diesel::debug_query::<Mysql, _>(&query).to_string();
-        let list = sql
-            .strip_prefix("SELECT ")
-            .and_then(|rest| rest.split(" FROM ").next())
-            .unwrap_or_default();
-        list.split(", ")
-            .map(|column| column.rsplit('.').next().unwrap_or(column).replace('`', ""))
-            .collect()
-    }
 
     /// Rows read by position come back right only if the statement's column
     /// list, the table's column order and `TaskRow`'s field order agree.
     #[test]
     fn positional_columns_match_the_schema_and_the_row_fields() {
-        let listed: Vec<String> = task_columns!()
-            .split(',')
-            .map(|column| column.trim().trim_start_matches("t.").to_owned())
-            .collect();
-        let schema = selected(outbox_tasks::table.select(outbox_tasks::all_columns));
-        let fields = selected(outbox_tasks::table.select(TaskRow::as_select()));
+        let listed = listed_columns(task_columns!());
+        let schema =
+            selected_columns::<Mysql>(outbox_tasks::table.select(outbox_tasks::all_columns));
+        let fields = selected_columns::<Mysql>(outbox_tasks::table.select(TaskRow::as_select()));
         assert_eq!(listed.len(), 19);
         assert_eq!(listed, schema);
         assert_eq!(listed, fields);

@@ -26,7 +26,7 @@ use tracing::{Instrument, Span};
 pub use config::RelayConfig;
 
 use self::{cursor::Cursor, inflight::Inflight, pacing::Decision, writer::ResultWriter};
-use crate::{BatchRequest, Maintenance, Result, Status, Wakeups, Worker, telemetry, transition};
+use crate::{BatchRequest, Maintenance, Result, Wakeups, Worker, telemetry, transition};
 
 /// After a wake-up stream ended, the relay subscribes again no sooner than
 /// this (or its poll interval, if shorter) after its last subscription.
@@ -301,19 +301,14 @@ impl<S: Maintenance> Relay<S> {
         // A claim still under way: its tasks are given back unstarted.
         if let Some(claim) = claiming.take() {
             match tokio::time::timeout(config.shutdown_timeout, claim.task).await {
-                Ok(Ok(Ok((records, _)))) => {
+                Ok(Ok(Ok((mut records, _)))) => {
+                    report.expired += self.worker.set_aside_expired(&mut records);
                     for record in records {
-                        if record.status == Status::Failed {
-                            report.expired += 1;
-                            telemetry::expired(1);
-                            self.worker.report_failed(record);
-                        } else {
-                            let fence = self.worker.fence(&record);
-                            writer.push(
-                                transition::release(fence),
-                                later(claim.at, self.worker.config().lease_duration),
-                            );
-                        }
+                        let fence = self.worker.fence(&record);
+                        writer.push(
+                            transition::release(fence),
+                            later(claim.at, self.worker.config().lease_duration),
+                        );
                     }
                 }
                 _ => report.errors += 1,
@@ -381,7 +376,7 @@ impl<S: Maintenance> Relay<S> {
         cursor: &mut Cursor,
         report: &mut RelayReport,
     ) -> Result<bool, ()> {
-        let (records, span) = match claimed {
+        let (mut records, span) = match claimed {
             Ok(Ok(claimed)) => claimed,
             Ok(Err(error)) => {
                 report.errors += 1;
@@ -398,21 +393,13 @@ impl<S: Maintenance> Relay<S> {
         };
         let full = records.len() == claim.limit;
         cursor.claimed(&records, full);
-        let (mut started, mut expired) = (0_u64, 0_u64);
+        let expired = self.worker.set_aside_expired(&mut records);
+        report.expired += expired;
+        let started = records.len() as u64;
         for record in records {
-            if record.status == Status::Failed {
-                expired += 1;
-                self.worker.report_failed(record);
-            } else {
-                started += 1;
-                inflight.start(record, claim.at, span.clone(), writer);
-            }
+            inflight.start(record, claim.at, span.clone(), writer);
         }
         report.claimed += started;
-        report.expired += expired;
-        if expired > 0 {
-            telemetry::expired(expired);
-        }
         claim
             .cycle
             .record("outbox.claimed", telemetry::int(started));
