@@ -10,13 +10,13 @@ use diesel::OptionalExtension;
 use diesel::{
     QueryableByName,
     mysql::Mysql,
-    sql_types::{BigInt, Blob, Datetime, Integer, Text},
+    sql_types::{BigInt, Blob, Bool, Datetime, Integer, Nullable, Text},
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
 use diesel_outbox_core::{Error, Result, Task, TaskId};
-use diesel_outbox_sql::{cached, mysql_error, require_transaction, uncached};
+use diesel_outbox_sql::{CachedQuery, cached, mysql_error, require_transaction, uncached};
 
-use crate::{keys, timestamp};
+use crate::{keys, prepared_once::PreparedOnce, timestamp};
 
 /// A validated task with its values in column form.
 struct Row {
@@ -47,13 +47,39 @@ const COLUMNS: &str = "INSERT INTO outbox_tasks (kind, version, payload, headers
     dedup_key, max_attempts, next_attempt_at, expires_at, status, last_error, created_at, \
     updated_at) VALUES ";
 
+/// Which values a row binds, and whether it heads its ordering key: rows of
+/// one shape have the same `VALUES` tuple ([`values`]).
+type Shape = [bool; 7];
+
+fn shape(row: &Row) -> Shape {
+    let task = &row.task;
+    [
+        !task.headers.is_empty(),
+        task.ordering_key.is_some(),
+        task.dedup_key.is_some(),
+        task.max_attempts.is_some(),
+        row.not_before.is_some(),
+        row.expires_at.is_some(),
+        row.head,
+    ]
+}
+
+/// What a multi-row insert's text depends on: its length, and the shape its
+/// rows share (`None` for rows of several shapes, which bind every column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct InsertShape {
+    rows: usize,
+    shared: Option<Shape>,
+}
+
 /// `?` for a value to bind, `absent` when there is none: absent values are
 /// written as literals so a typical row binds 3 values, not 9.
 fn slot(present: bool, absent: &'static str) -> &'static str {
     if present { "?" } else { absent }
 }
 
-/// The `VALUES` tuple of `row`, matching the binds [`insert`] makes.
+/// The `VALUES` tuple of a one-row insert of `row`, in one of a few shapes;
+/// [`bind_shaped`] makes its binds.
 fn values(sql: &mut String, row: &Row) {
     let task = &row.task;
     sql.push_str("(?, ?, ?, ");
@@ -119,57 +145,106 @@ async fn inserted_ids(conn: &mut AsyncMysqlConnection) -> Result<InsertedIds> {
     .map_err(mysql_error)
 }
 
+/// The `VALUES` tuple of each row of a multi-row insert whose rows differ in
+/// shape: every column bound (absent values as `NULL`), so the text depends
+/// only on the length; [`bind_every`] makes its binds.
+const BOUND_VALUES: &str = "(?, ?, ?, ?, ?, ?, ?, COALESCE(?, UTC_TIMESTAMP(6)), ?, \
+    CASE WHEN ? THEN 'blocked' WHEN ? > UTC_TIMESTAMP(6) THEN 'waiting' ELSE 'available' END, \
+    '', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))";
+
+/// Binds `row` to the placeholders [`values`] wrote for it.
+fn bind_shaped<'q>(mut query: CachedQuery<'q, Mysql>, row: &'q Row) -> CachedQuery<'q, Mysql> {
+    let task = &row.task;
+    query = query
+        .bind::<Text, _>(&task.kind)
+        .bind::<Integer, _>(task.version)
+        .bind::<Blob, _>(&task.payload);
+    if !task.headers.is_empty() {
+        query = query.bind::<Text, _>(&row.headers);
+    }
+    if let Some(key) = &task.ordering_key {
+        query = query.bind::<Text, _>(key);
+    }
+    if let Some(key) = &task.dedup_key {
+        query = query.bind::<Text, _>(key);
+    }
+    if let Some(max) = task.max_attempts {
+        query = query.bind::<Integer, _>(max);
+    }
+    if let Some(at) = row.not_before {
+        query = query.bind::<Datetime, _>(at);
+    }
+    if let Some(at) = row.expires_at {
+        query = query.bind::<Datetime, _>(at);
+    }
+    if let (true, Some(at)) = (row.head, row.not_before) {
+        query = query.bind::<Datetime, _>(at);
+    }
+    query
+}
+
+/// Binds `row` to the placeholders of [`BOUND_VALUES`]; the status is
+/// `transition::enqueued`, with "due" on the database clock.
+fn bind_every<'q>(query: CachedQuery<'q, Mysql>, row: &'q Row) -> CachedQuery<'q, Mysql> {
+    let task = &row.task;
+    query
+        .bind::<Text, _>(&task.kind)
+        .bind::<Integer, _>(task.version)
+        .bind::<Blob, _>(&task.payload)
+        .bind::<Text, _>(&row.headers)
+        .bind::<Nullable<Text>, _>(task.ordering_key.as_deref())
+        .bind::<Nullable<Text>, _>(task.dedup_key.as_deref())
+        .bind::<Nullable<Integer>, _>(task.max_attempts)
+        .bind::<Nullable<Datetime>, _>(row.not_before)
+        .bind::<Nullable<Datetime>, _>(row.expires_at)
+        .bind::<Bool, _>(!row.head)
+        .bind::<Nullable<Datetime>, _>(row.not_before)
+}
+
 /// Inserts `rows` in one statement; returns where their ids are.
+///
+/// Rows of one shape repeat its `VALUES` tuple; rows of several shapes bind
+/// every column ([`BOUND_VALUES`]). Either way the text depends only on the
+/// length and the shared shape: a single row's statement is prepared once
+/// per connection, a multi-row one for the lengths and shapes `inserts`
+/// chooses.
 async fn insert(
     conn: &mut AsyncMysqlConnection,
     rows: &[Row],
     on_duplicate: bool,
+    inserts: &PreparedOnce<InsertShape>,
 ) -> Result<InsertedIds> {
+    let Some(first) = rows.first() else {
+        return Err(Error::invalid("tasks", "an insert needs at least one row"));
+    };
+    let shared = Some(shape(first)).filter(|first| rows.iter().all(|row| shape(row) == *first));
     let mut sql = String::from(COLUMNS);
-    for (i, row) in rows.iter().enumerate() {
+    for i in 0..rows.len() {
         if i > 0 {
             sql.push_str(", ");
         }
-        values(&mut sql, row);
+        match shared {
+            Some(_) => values(&mut sql, first),
+            None => sql.push_str(BOUND_VALUES),
+        }
     }
     if on_duplicate {
         sql.push_str(" ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)");
     }
-    // One row takes one of a few shapes, each prepared once per connection;
-    // a multi-row statement's text varies with its rows.
-    let mut query = if rows.len() == 1 {
-        cached::<Mysql>(&sql)
-    } else {
-        uncached::<Mysql>(&sql)
+    let key = InsertShape {
+        rows: rows.len(),
+        shared,
     };
-    for row in rows {
-        let task = &row.task;
-        query = query
-            .bind::<Text, _>(&task.kind)
-            .bind::<Integer, _>(task.version)
-            .bind::<Blob, _>(&task.payload);
-        if !task.headers.is_empty() {
-            query = query.bind::<Text, _>(&row.headers);
-        }
-        if let Some(key) = &task.ordering_key {
-            query = query.bind::<Text, _>(key);
-        }
-        if let Some(key) = &task.dedup_key {
-            query = query.bind::<Text, _>(key);
-        }
-        if let Some(max) = task.max_attempts {
-            query = query.bind::<Integer, _>(max);
-        }
-        if let Some(at) = row.not_before {
-            query = query.bind::<Datetime, _>(at);
-        }
-        if let Some(at) = row.expires_at {
-            query = query.bind::<Datetime, _>(at);
-        }
-        if let (true, Some(at)) = (row.head, row.not_before) {
-            query = query.bind::<Datetime, _>(at);
-        }
-    }
+    let query = if rows.len() == 1 || inserts.choose(key) {
+        cached(&sql)
+    } else {
+        uncached(&sql)
+    };
+    let bind = match shared {
+        Some(_) => bind_shaped,
+        None => bind_every,
+    };
+    let query = rows.iter().fold(query, bind);
     query.execute(conn).await.map_err(mysql_error)?;
     inserted_ids(conn).await
 }
@@ -178,7 +253,10 @@ async fn insert(
 pub(crate) async fn one(conn: &mut AsyncMysqlConnection, task: Task) -> Result<TaskId> {
     require_transaction(conn)?;
     let row = prepare(task)?;
-    Ok(many_rows(conn, vec![row], false).await?.remove(0))
+    // One row takes one of a few shapes, each prepared once per connection;
+    // no multi-row statement is chosen.
+    let inserts = PreparedOnce::default();
+    Ok(many_rows(conn, vec![row], false, &inserts).await?.remove(0))
 }
 
 /// Inserts `tasks` in input order and returns their ids in that order.
@@ -193,10 +271,11 @@ pub(crate) async fn many(
     conn: &mut AsyncMysqlConnection,
     tasks: Vec<Task>,
     consecutive_ids: bool,
+    inserts: &PreparedOnce<InsertShape>,
 ) -> Result<Vec<TaskId>> {
     require_transaction(conn)?;
     let rows = tasks.into_iter().map(prepare).collect::<Result<Vec<_>>>()?;
-    many_rows(conn, rows, consecutive_ids).await
+    many_rows(conn, rows, consecutive_ids, inserts).await
 }
 
 /// Inserts validated `rows` in order; see [`many`].
@@ -210,6 +289,7 @@ async fn many_rows(
     conn: &mut AsyncMysqlConnection,
     mut rows: Vec<Row>,
     consecutive_ids: bool,
+    inserts: &PreparedOnce<InsertShape>,
 ) -> Result<Vec<TaskId>> {
     let counts = keys::tally(rows.iter().filter_map(|r| r.task.ordering_key.as_deref()));
     let mut open_before = keys::open(conn, &counts).await?;
@@ -237,7 +317,7 @@ async fn many_rows(
         }
         let run = &rows[start..end];
         let dedup = run[0].task.dedup_key.is_some();
-        let inserted = insert(conn, run, dedup).await?;
+        let inserted = insert(conn, run, dedup, inserts).await?;
         for position in 0..run.len() {
             ids.push(inserted.at(position)?);
         }

@@ -73,6 +73,7 @@ mod maintenance;
 mod migrate;
 mod migration_lock;
 mod moves;
+mod prepared_once;
 mod query;
 mod row;
 pub mod schema;

@@ -18,7 +18,11 @@ use futures_util::FutureExt;
 use tokio::sync::OnceCell;
 
 use crate::{
-    claim, complete, enqueue, moves, query,
+    claim, complete,
+    enqueue::{self, InsertShape},
+    moves,
+    prepared_once::PreparedOnce,
+    query,
     server::{self, ServerInfo},
     store_transaction::{Isolation, SESSION_READ_COMMITTED},
 };
@@ -35,6 +39,7 @@ pub struct MysqlStore {
     pool: Pool<AsyncMysqlConnection>,
     server: Arc<OnceCell<ServerInfo>>,
     isolation: Isolation,
+    inserts: Arc<PreparedOnce<InsertShape>>,
 }
 
 impl std::fmt::Debug for MysqlStore {
@@ -54,6 +59,7 @@ impl MysqlStore {
             pool,
             server: Arc::new(OnceCell::new()),
             isolation: Isolation::EachTransaction,
+            inserts: Arc::default(),
         }
     }
 
@@ -115,7 +121,7 @@ impl Store for MysqlStore {
         telemetry::traced_enqueue_many(tasks, async |tasks| {
             diesel_outbox_sql::require_transaction(conn)?;
             let consecutive_ids = self.server(conn).await?.consecutive_ids;
-            enqueue::many(conn, tasks, consecutive_ids).await
+            enqueue::many(conn, tasks, consecutive_ids, &self.inserts).await
         })
         .await
     }

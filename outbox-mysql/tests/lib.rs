@@ -7,6 +7,7 @@ mod conformance {
 mod auto_increment;
 mod database_errors;
 mod migration_lock;
+mod prepared_inserts;
 mod session_isolation;
 mod spawned_transaction;
 mod time_zone;
