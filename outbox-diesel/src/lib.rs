@@ -22,6 +22,7 @@ mod migrate;
 mod migration_lock;
 mod migration_sql;
 mod pool;
+mod prepared_once;
 mod store_transaction;
 mod transaction;
 
@@ -36,6 +37,7 @@ pub use migrate::{revert_migrations, run_migrations};
 pub use migration_lock::{MigrationConnection, MigrationLock};
 pub use migration_sql::MigrationSql;
 pub use pool::build_pool;
+pub use prepared_once::{PREPARED_PER_FAMILY, PreparedOnce};
 pub use store_transaction::{BodyError, TxError};
 pub use transaction::{require_transaction, transaction};
 

@@ -14,9 +14,11 @@ use diesel::{
 };
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
 use diesel_outbox_core::{Error, Result, Task, TaskId};
-use diesel_outbox_sql::{CachedQuery, cached, mysql_error, require_transaction, uncached};
+use diesel_outbox_sql::{
+    CachedQuery, PreparedOnce, cached, mysql_error, require_transaction, uncached,
+};
 
-use crate::{keys, prepared_once::PreparedOnce, timestamp};
+use crate::{keys, timestamp};
 
 /// A validated task with its values in column form.
 struct Row {

@@ -73,7 +73,6 @@ mod maintenance;
 mod migrate;
 mod migration_lock;
 mod moves;
-mod prepared_once;
 mod query;
 mod row;
 pub mod schema;

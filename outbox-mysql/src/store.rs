@@ -13,16 +13,14 @@ use diesel_outbox_core::{
     BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Rescued, Result, Store, Task, TaskId,
     telemetry, transition::Completion,
 };
-use diesel_outbox_sql::mysql_pool_error;
+use diesel_outbox_sql::{PreparedOnce, mysql_pool_error};
 use futures_util::FutureExt;
 use tokio::sync::OnceCell;
 
 use crate::{
     claim, complete,
     enqueue::{self, InsertShape},
-    moves,
-    prepared_once::PreparedOnce,
-    query,
+    moves, query,
     server::{self, ServerInfo},
     store_transaction::{Isolation, SESSION_READ_COMMITTED},
 };

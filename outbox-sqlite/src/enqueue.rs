@@ -13,7 +13,7 @@ use diesel::{
 };
 use diesel_async::RunQueryDsl;
 use diesel_outbox_core::{Error, Result, Status, Task, TaskId, transition};
-use diesel_outbox_sql::{cached, require_transaction, sqlite_error, uncached};
+use diesel_outbox_sql::{PreparedOnce, cached, require_transaction, sqlite_error, uncached};
 
 use crate::{
     AsyncSqliteConnection, keys,
@@ -97,6 +97,28 @@ fn values(sql: &mut String, row: &Row, status: Status, next: &mut usize) {
     sql.push_str(&format!(", '{}', '')", status.as_str()));
 }
 
+/// Which values a row binds, and the status it is stored with: rows of one
+/// shape have the same `VALUES` tuple ([`values`]) but for bind numbers.
+pub(crate) type Shape = ([bool; 6], Status);
+
+fn shape(row: &Row, now: DateTime<Utc>) -> Shape {
+    let task = &row.task;
+    (
+        [
+            !task.headers.is_empty(),
+            task.ordering_key.is_some(),
+            task.dedup_key.is_some(),
+            task.max_attempts.is_some(),
+            row.not_before.is_some(),
+            row.expires_at.is_some(),
+        ],
+        status(row, now),
+    )
+}
+
+/// Multi-row inserts a store prepares once: by length and shared shape.
+pub(crate) type Inserts = PreparedOnce<(usize, Shape)>;
+
 /// Inserts `rows` in one statement as of `now`; returns the ids of the rows
 /// inserted, in input order. With `on_duplicate`, a row whose `dedup_key` is
 /// held inserts nothing (and comes back as no id).
@@ -105,6 +127,7 @@ async fn insert(
     rows: &[Row],
     now: DateTime<Utc>,
     on_duplicate: bool,
+    inserts: &Inserts,
 ) -> Result<Vec<TaskId>> {
     let mut sql = String::from(COLUMNS);
     let mut next = 2;
@@ -118,12 +141,18 @@ async fn insert(
         sql.push_str(" ON CONFLICT (dedup_key) DO NOTHING");
     }
     sql.push_str(" RETURNING id");
-    // One row takes one of a few shapes, each prepared once per connection;
-    // a multi-row statement's text varies with its rows.
-    let query = if rows.len() == 1 {
-        cached::<Sqlite>(&sql)
-    } else {
-        uncached::<Sqlite>(&sql)
+    // One row takes one of a few shapes, each prepared once per connection.
+    // Rows that share a shape repeat it, so that text depends only on the
+    // length: prepared once for the lengths `inserts` chooses. The text of
+    // rows that differ follows their every mix, so it is parsed per call.
+    let shared = rows
+        .first()
+        .map(|first| shape(first, now))
+        .filter(|first| rows.iter().all(|row| shape(row, now) == *first));
+    let query = match shared {
+        Some(_) if rows.len() == 1 => cached::<Sqlite>(&sql),
+        Some(shared) if inserts.choose((rows.len(), shared)) => cached::<Sqlite>(&sql),
+        _ => uncached::<Sqlite>(&sql),
     };
     let mut query = query.bind::<BigInt, _>(to_micros(now));
     for row in rows {
@@ -163,7 +192,8 @@ async fn insert(
 pub(crate) async fn one(conn: &mut AsyncSqliteConnection, task: Task) -> Result<TaskId> {
     require_transaction(conn)?;
     let row = prepare(task)?;
-    many_rows(conn, vec![row])
+    // A single row's statement is prepared once whatever `inserts` holds.
+    many_rows(conn, vec![row], &Inserts::default())
         .await?
         .pop()
         .ok_or_else(|| Error::database("enqueue returned no id"))
@@ -173,10 +203,11 @@ pub(crate) async fn one(conn: &mut AsyncSqliteConnection, task: Task) -> Result<
 pub(crate) async fn many(
     conn: &mut AsyncSqliteConnection,
     tasks: Vec<Task>,
+    inserts: &Inserts,
 ) -> Result<Vec<TaskId>> {
     require_transaction(conn)?;
     let rows = tasks.into_iter().map(prepare).collect::<Result<Vec<_>>>()?;
-    many_rows(conn, rows).await
+    many_rows(conn, rows, inserts).await
 }
 
 /// Inserts validated `rows` in order: runs of tasks without a `dedup_key` in
@@ -188,7 +219,11 @@ pub(crate) async fn many(
 /// open task heads it, the others are blocked. A task whose `dedup_key` is
 /// already held inserts nothing, so it gives its count back and leaves the
 /// head to the key's next task.
-async fn many_rows(conn: &mut AsyncSqliteConnection, mut rows: Vec<Row>) -> Result<Vec<TaskId>> {
+async fn many_rows(
+    conn: &mut AsyncSqliteConnection,
+    mut rows: Vec<Row>,
+    inserts: &Inserts,
+) -> Result<Vec<TaskId>> {
     if rows.is_empty() {
         return Ok(Vec::new());
     }
@@ -213,7 +248,7 @@ async fn many_rows(conn: &mut AsyncSqliteConnection, mut rows: Vec<Row>) -> Resu
         let run = &rows[start..end];
         match &run[0].task.dedup_key {
             None => {
-                let inserted = insert(conn, run, now, false).await?;
+                let inserted = insert(conn, run, now, false, inserts).await?;
                 if inserted.len() != run.len() {
                     return Err(Error::database(format!(
                         "inserted {} rows for {} tasks",
@@ -223,7 +258,7 @@ async fn many_rows(conn: &mut AsyncSqliteConnection, mut rows: Vec<Row>) -> Resu
                 }
                 ids.extend(inserted);
             }
-            Some(dedup) => match insert(conn, run, now, true).await?.pop() {
+            Some(dedup) => match insert(conn, run, now, true, inserts).await?.pop() {
                 Some(id) => ids.push(id),
                 None => {
                     // Held: nothing inserted, so its place in the key goes

@@ -39,6 +39,7 @@ use crate::{AsyncSqliteConnection, claim, complete, connection, enqueue, moves, 
 pub struct SqliteStore {
     pool: Pool<AsyncSqliteConnection>,
     writes: Arc<Mutex<()>>,
+    inserts: Arc<enqueue::Inserts>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -57,6 +58,7 @@ impl SqliteStore {
         Self {
             pool,
             writes: Arc::new(Mutex::new(())),
+            inserts: Arc::default(),
         }
     }
 
@@ -109,7 +111,8 @@ impl Store for SqliteStore {
         conn: &mut AsyncSqliteConnection,
         tasks: Vec<Task>,
     ) -> Result<Vec<TaskId>> {
-        telemetry::traced_enqueue_many(tasks, |tasks| enqueue::many(conn, tasks)).await
+        telemetry::traced_enqueue_many(tasks, |tasks| enqueue::many(conn, tasks, &self.inserts))
+            .await
     }
 
     async fn claim(&self, id: TaskId, lease: &LeaseRequest) -> Result<ClaimOutcome> {

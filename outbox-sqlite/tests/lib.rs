@@ -14,6 +14,7 @@ mod conformance {
     );
 }
 mod migration_lock;
+mod prepared_inserts;
 mod processes;
 mod spawned_transaction;
 mod time_zone;

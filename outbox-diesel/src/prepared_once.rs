@@ -3,19 +3,32 @@
 //!
 //! Multi-row inserts take a text per length (and per shape of row), so
 //! keeping every one a process meets could keep hundreds of statements on
-//! each connection, each holding its parsed form on the server and counting
-//! against the server-wide `max_prepared_stmt_count`. A store prepares once
-//! only the first few it meets, and prepares any other on each call, at the
-//! cost of one more round trip.
+//! each connection, each holding its parsed form (on MySQL/MariaDB also
+//! counting against the server-wide `max_prepared_stmt_count`). A store
+//! prepares once only the first few it meets, and prepares any other on each
+//! call, which costs a round trip on a server and a parse on SQLite.
+//!
+//! ```
+//! use diesel_outbox_sql::{PREPARED_PER_FAMILY, PreparedOnce};
+//!
+//! let inserts = PreparedOnce::default();
+//! assert!(inserts.choose(100)); // a batch of 100 rows: kept from now on
+//! for rows in 1..PREPARED_PER_FAMILY {
+//!     inserts.choose(rows);
+//! }
+//! assert!(!inserts.choose(7_000)); // past the bound: prepared per call
+//! assert!(inserts.choose(100));
+//! ```
 
 use std::sync::{Mutex, PoisonError};
 
 /// How many statements of one family a store prepares once per connection.
-pub(crate) const PREPARED_PER_FAMILY: usize = 8;
+pub const PREPARED_PER_FAMILY: usize = 8;
 
-/// The statements of one family, by key, that a store prepares once.
+/// The statements of one family, by key (what their text depends on), that
+/// a store prepares once per connection.
 #[derive(Debug)]
-pub(crate) struct PreparedOnce<K> {
+pub struct PreparedOnce<K> {
     chosen: Mutex<Vec<K>>,
 }
 
@@ -31,7 +44,7 @@ impl<K: PartialEq> PreparedOnce<K> {
     /// Whether the statement of `key` is prepared once per connection: true
     /// for a key chosen before, or for a new one while fewer than
     /// [`PREPARED_PER_FAMILY`] are.
-    pub(crate) fn choose(&self, key: K) -> bool {
+    pub fn choose(&self, key: K) -> bool {
         // The list is never left half-changed, so a panic elsewhere while
         // it was held does not make it wrong.
         let mut chosen = self.chosen.lock().unwrap_or_else(PoisonError::into_inner);
