@@ -51,7 +51,8 @@ pub fn cached<'f, DB: Backend>(sql: &'f str) -> CachedQuery<'f, DB> {
 }
 
 /// The same builder as [`cached`] for a statement whose text varies without
-/// bound (a list of ids, a multi-row insert): prepared for each call, since
+/// bound (a list of ids written into it, a multi-row insert not chosen by
+/// [`PreparedOnce`](crate::PreparedOnce)): prepared for each call, since
 /// keeping every variant would fill each connection's statement cache.
 pub fn uncached<'f, DB: Backend>(sql: &'f str) -> CachedQuery<'f, DB> {
     CachedQuery {

@@ -80,8 +80,9 @@ fn slot(present: bool, absent: &'static str) -> &'static str {
     if present { "?" } else { absent }
 }
 
-/// The `VALUES` tuple of a one-row insert of `row`, in one of a few shapes;
-/// [`bind_shaped`] makes its binds.
+/// The `VALUES` tuple of `row`, in one of a few shapes: the whole text of a
+/// one-row insert, repeated for rows that share the shape; [`bind_shaped`]
+/// makes its binds.
 fn values(sql: &mut String, row: &Row) {
     let task = &row.task;
     sql.push_str("(?, ?, ?, ");
@@ -208,8 +209,7 @@ fn bind_every<'q>(query: CachedQuery<'q, Mysql>, row: &'q Row) -> CachedQuery<'q
 /// Rows of one shape repeat its `VALUES` tuple; rows of several shapes bind
 /// every column ([`BOUND_VALUES`]). Either way the text depends only on the
 /// length and the shared shape: a single row's statement is prepared once
-/// per connection, a multi-row one for the lengths and shapes `inserts`
-/// chooses.
+/// per connection, a multi-row one when `inserts` chooses to keep it.
 async fn insert(
     conn: &mut AsyncMysqlConnection,
     rows: &[Row],
@@ -219,6 +219,10 @@ async fn insert(
     let Some(first) = rows.first() else {
         return Err(Error::invalid("tasks", "an insert needs at least one row"));
     };
+    // Only a row with a `dedup_key` resolves a duplicate, and such a row is
+    // always inserted on its own: the suffix is never part of a multi-row
+    // text, so the key below need not name it.
+    debug_assert!(rows.len() == 1 || !on_duplicate);
     let shared = Some(shape(first)).filter(|first| rows.iter().all(|row| shape(row) == *first));
     let mut sql = String::from(COLUMNS);
     for i in 0..rows.len() {

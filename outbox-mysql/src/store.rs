@@ -52,6 +52,11 @@ impl std::fmt::Debug for MysqlStore {
 impl MysqlStore {
     /// A store over an existing pool. Its transactions set READ COMMITTED
     /// each time, whatever the pool's sessions default to.
+    ///
+    /// Build one store and share it (clones share its state): which
+    /// multi-row inserts stay prepared on a connection is chosen per store,
+    /// so a connection used through several may keep more (see "Connection
+    /// pools and prepared statements" in docs/operations.md).
     pub fn new(pool: Pool<AsyncMysqlConnection>) -> Self {
         Self {
             pool,

@@ -54,6 +54,10 @@ impl SqliteStore {
     /// A store over an existing pool. Its connections should have the
     /// settings of [`establish`](crate::establish) (WAL, busy timeout);
     /// [`SqliteStore::connect`] builds such a pool.
+    ///
+    /// Build one store and share it (clones share its state): which
+    /// multi-row inserts stay in a connection's statement cache is chosen
+    /// per store, so a connection used through several may keep more.
     pub fn new(pool: Pool<AsyncSqliteConnection>) -> Self {
         Self {
             pool,

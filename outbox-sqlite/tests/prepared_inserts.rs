@@ -1,10 +1,12 @@
 //! `enqueue_many` keeps a multi-row insert in the connection's statement
-//! cache for the first few lengths and shapes of rows it meets, and no more.
+//! cache once it meets its length and shape a second time, for a bounded
+//! number of them.
 
 use std::sync::{Arc, Mutex};
 
 use diesel::connection::InstrumentationEvent;
 use diesel_async::{AsyncConnection, sync_connection_wrapper::SyncConnectionWrapper};
+use diesel_outbox_sql::PREPARED_PER_FAMILY;
 use diesel_outbox_sqlite::{
     SqliteStore,
     outbox::{Store, Task},
@@ -12,9 +14,6 @@ use diesel_outbox_sqlite::{
 use diesel_outbox_testkit::{TestBackend, sqlite::SqliteTestDb};
 
 type Conn = SyncConnectionWrapper<diesel::SqliteConnection>;
-
-/// How many multi-row statements a store prepares once (docs/operations.md).
-const PREPARED_PER_FAMILY: usize = 8;
 
 /// The inserts into the task table that the connection put in its cache.
 #[derive(Clone, Default)]
@@ -60,7 +59,7 @@ fn plain(rows: usize) -> Vec<Task> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn multi_row_inserts_are_cached_for_a_bounded_set_of_shapes() -> anyhow::Result<()> {
+async fn multi_row_inserts_met_twice_are_cached_up_to_a_bound() -> anyhow::Result<()> {
     let db = SqliteTestDb::create("prepared_inserts").await?;
     let store = db.store();
     let mut conn = db.connect().await?;
@@ -70,10 +69,11 @@ async fn multi_row_inserts_are_cached_for_a_bounded_set_of_shapes() -> anyhow::R
     assert_eq!(cached_by(store, &mut conn, &cached, plain(1)).await?, 1);
     assert_eq!(cached_by(store, &mut conn, &cached, plain(1)).await?, 0);
 
-    // Rows of one shape: one statement per length, cached on first use and
-    // reused after (an uncached statement would never be cached).
+    // Rows of one shape: one statement per length, cached when met a second
+    // time and reused after (an uncached statement would never be cached).
     let lengths = 2..2 + PREPARED_PER_FAMILY;
     for rows in lengths.clone() {
+        assert_eq!(cached_by(store, &mut conn, &cached, plain(rows)).await?, 0);
         assert_eq!(cached_by(store, &mut conn, &cached, plain(rows)).await?, 1);
     }
     for rows in lengths {
@@ -81,7 +81,7 @@ async fn multi_row_inserts_are_cached_for_a_bounded_set_of_shapes() -> anyhow::R
     }
     // Past the bound, and for rows of several shapes, nothing more is kept.
     let soon = chrono::Utc::now() + chrono::Duration::hours(1);
-    for _ in 0..2 {
+    for _ in 0..3 {
         let unchosen = plain(2 + PREPARED_PER_FAMILY);
         assert_eq!(cached_by(store, &mut conn, &cached, unchosen).await?, 0);
         let mut mixed = plain(3);
