@@ -21,6 +21,7 @@ mod error;
 mod migrate;
 mod migration_lock;
 mod migration_sql;
+mod optional_fields;
 mod pool;
 mod prepared_once;
 mod store_transaction;
@@ -36,6 +37,7 @@ pub use error::{
 pub use migrate::{revert_migrations, run_migrations};
 pub use migration_lock::{MigrationConnection, MigrationLock};
 pub use migration_sql::MigrationSql;
+pub use optional_fields::optional_fields;
 pub use pool::build_pool;
 pub use prepared_once::{PREPARED_PER_FAMILY, PreparedOnce};
 pub use store_transaction::{BodyError, TxError};

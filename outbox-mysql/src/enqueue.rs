@@ -15,7 +15,7 @@ use diesel::{
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
 use diesel_outbox_core::{Error, Result, Task, TaskId};
 use diesel_outbox_sql::{
-    CachedQuery, PreparedOnce, cached, mysql_error, require_transaction, uncached,
+    CachedQuery, PreparedOnce, cached, mysql_error, optional_fields, require_transaction, uncached,
 };
 
 use crate::{keys, timestamp};
@@ -49,21 +49,12 @@ const COLUMNS: &str = "INSERT INTO outbox_tasks (kind, version, payload, headers
     dedup_key, max_attempts, next_attempt_at, expires_at, status, last_error, created_at, \
     updated_at) VALUES ";
 
-/// Which values a row binds, and whether it heads its ordering key: rows of
-/// one shape have the same `VALUES` tuple ([`values`]).
-type Shape = [bool; 7];
+/// Which optional values a row binds, and whether it heads its ordering
+/// key: rows of one shape have the same `VALUES` tuple ([`values`]).
+type Shape = ([bool; 6], bool);
 
 fn shape(row: &Row) -> Shape {
-    let task = &row.task;
-    [
-        !task.headers.is_empty(),
-        task.ordering_key.is_some(),
-        task.dedup_key.is_some(),
-        task.max_attempts.is_some(),
-        row.not_before.is_some(),
-        row.expires_at.is_some(),
-        row.head,
-    ]
+    (optional_fields(&row.task), row.head)
 }
 
 /// What a multi-row insert's text depends on: its length, and the shape its
@@ -256,13 +247,14 @@ async fn insert(
 }
 
 /// Inserts one task; a `dedup_key` already present returns the existing id.
-pub(crate) async fn one(conn: &mut AsyncMysqlConnection, task: Task) -> Result<TaskId> {
+pub(crate) async fn one(
+    conn: &mut AsyncMysqlConnection,
+    task: Task,
+    inserts: &PreparedOnce<InsertShape>,
+) -> Result<TaskId> {
     require_transaction(conn)?;
     let row = prepare(task)?;
-    // One row takes one of a few shapes, each prepared once per connection;
-    // no multi-row statement is chosen.
-    let inserts = PreparedOnce::default();
-    Ok(many_rows(conn, vec![row], false, &inserts).await?.remove(0))
+    Ok(many_rows(conn, vec![row], false, inserts).await?.remove(0))
 }
 
 /// Inserts `tasks` in input order and returns their ids in that order.

@@ -113,7 +113,7 @@ impl Store for MysqlStore {
     type Conn = AsyncMysqlConnection;
 
     async fn enqueue(&self, conn: &mut AsyncMysqlConnection, task: Task) -> Result<TaskId> {
-        telemetry::traced_enqueue(task, |task| enqueue::one(conn, task)).await
+        telemetry::traced_enqueue(task, |task| enqueue::one(conn, task, &self.inserts)).await
     }
 
     async fn enqueue_many(

@@ -13,7 +13,9 @@ use diesel::{
 };
 use diesel_async::RunQueryDsl;
 use diesel_outbox_core::{Error, Result, Status, Task, TaskId, transition};
-use diesel_outbox_sql::{PreparedOnce, cached, require_transaction, sqlite_error, uncached};
+use diesel_outbox_sql::{
+    PreparedOnce, cached, optional_fields, require_transaction, sqlite_error, uncached,
+};
 
 use crate::{
     AsyncSqliteConnection, keys,
@@ -97,23 +99,13 @@ fn values(sql: &mut String, row: &Row, status: Status, next: &mut usize) {
     sql.push_str(&format!(", '{}', '')", status.as_str()));
 }
 
-/// Which values a row binds, and the status it is stored with: rows of one
-/// shape have the same `VALUES` tuple ([`values`]) but for bind numbers.
+/// Which optional values a row binds, and the status it is stored with:
+/// rows of one shape have the same `VALUES` tuple ([`values`]) but for bind
+/// numbers.
 pub(crate) type Shape = ([bool; 6], Status);
 
 fn shape(row: &Row, now: DateTime<Utc>) -> Shape {
-    let task = &row.task;
-    (
-        [
-            !task.headers.is_empty(),
-            task.ordering_key.is_some(),
-            task.dedup_key.is_some(),
-            task.max_attempts.is_some(),
-            row.not_before.is_some(),
-            row.expires_at.is_some(),
-        ],
-        status(row, now),
-    )
+    (optional_fields(&row.task), status(row, now))
 }
 
 /// Multi-row inserts a store prepares once: by length and shared shape.
@@ -189,11 +181,14 @@ async fn insert(
 }
 
 /// Inserts one task; a `dedup_key` already present returns the existing id.
-pub(crate) async fn one(conn: &mut AsyncSqliteConnection, task: Task) -> Result<TaskId> {
+pub(crate) async fn one(
+    conn: &mut AsyncSqliteConnection,
+    task: Task,
+    inserts: &Inserts,
+) -> Result<TaskId> {
     require_transaction(conn)?;
     let row = prepare(task)?;
-    // A single row's statement is prepared once whatever `inserts` holds.
-    many_rows(conn, vec![row], &Inserts::default())
+    many_rows(conn, vec![row], inserts)
         .await?
         .pop()
         .ok_or_else(|| Error::database("enqueue returned no id"))

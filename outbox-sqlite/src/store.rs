@@ -107,7 +107,7 @@ impl Store for SqliteStore {
     type Conn = AsyncSqliteConnection;
 
     async fn enqueue(&self, conn: &mut AsyncSqliteConnection, task: Task) -> Result<TaskId> {
-        telemetry::traced_enqueue(task, |task| enqueue::one(conn, task)).await
+        telemetry::traced_enqueue(task, |task| enqueue::one(conn, task, &self.inserts)).await
     }
 
     async fn enqueue_many(
