@@ -77,14 +77,26 @@ async fn relays<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<f64> {
     Ok(tasks as f64 / started.elapsed().as_secs_f64())
 }
 
-/// Tasks/s of the hand-written loop on two connections.
+/// Tasks/s of the hand-written loop on two connections, claims of 100.
 async fn raw<B: Raw>(db: &B, tasks: u64, prepare: Prepare) -> anyhow::Result<f64> {
+    raw_loop(db, tasks, BATCH, prepare).await
+}
+
+/// Tasks/s of the hand-written claim + complete loop on two connections,
+/// claims of up to `batch`, until `tasks` pending tasks are handled.
+pub(crate) async fn raw_loop<B: Raw>(
+    db: &B,
+    tasks: u64,
+    batch: usize,
+    prepare: Prepare,
+) -> anyhow::Result<f64> {
+    let batch = i64::try_from(batch)?;
     let started = Instant::now();
     let loops = (0..WORKERS).map(|_| async {
         let mut conn = db.connect().await?;
         let (mut handled, mut after) = (0, 0);
         loop {
-            let ids = B::drain_batch(&mut conn, BATCH as i64, after, prepare).await?;
+            let ids = B::drain_batch(&mut conn, batch, after, prepare).await?;
             let Some(&last) = ids.last() else {
                 return anyhow::Ok(handled);
             };

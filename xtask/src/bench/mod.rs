@@ -245,7 +245,7 @@ async fn backend<B: Raw>(
         #[cfg(feature = "nats")]
         {
             step("nats");
-            results.figures.push(nats::measure(&db, plan).await?);
+            results.figures.extend(nats::measure(&db, plan).await?);
         }
     }
     Ok(())

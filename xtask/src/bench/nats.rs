@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 use super::{
     Plan,
     counting::Counting,
-    raw::Raw,
+    drain::raw_loop,
+    raw::{Prepare, Raw},
     stats::{Figure, median},
 };
 
@@ -76,6 +77,22 @@ async fn through_relay<B: Raw>(db: &B, count: u64) -> anyhow::Result<f64> {
     Ok(rate)
 }
 
+/// The message the relay's publisher sends for the first attempt of task `id`.
+fn message(id: u64, payload: Vec<u8>) -> PublishMessage {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        diesel_outbox_nats::headers::TASK_ID,
+        id.to_string().as_str(),
+    );
+    headers.insert(diesel_outbox_nats::headers::KIND, KIND);
+    headers.insert(diesel_outbox_nats::headers::VERSION, "1");
+    headers.insert(diesel_outbox_nats::headers::ATTEMPT, "1");
+    PublishMessage::build()
+        .payload(payload.into())
+        .headers(headers)
+        .message_id(format!("outbox:{id}"))
+}
+
 /// Tasks/s of async-nats publishing the same messages, [`IN_FLIGHT`] acks
 /// outstanding.
 async fn raw(count: u64) -> anyhow::Result<f64> {
@@ -90,19 +107,10 @@ async fn raw(count: u64) -> anyhow::Result<f64> {
         {
             ack?;
         }
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            diesel_outbox_nats::headers::TASK_ID,
-            id.to_string().as_str(),
-        );
-        headers.insert(diesel_outbox_nats::headers::KIND, KIND);
-        headers.insert(diesel_outbox_nats::headers::VERSION, "1");
-        headers.insert(diesel_outbox_nats::headers::ATTEMPT, "1");
-        let message = PublishMessage::build()
-            .payload(format!("{{\"order\":{id}}}").into_bytes().into())
-            .headers(headers)
-            .message_id(format!("outbox:{id}"));
-        let ack = jetstream.send_publish(subject.clone(), message).await?;
+        let payload = format!("{{\"order\":{id}}}").into_bytes();
+        let ack = jetstream
+            .send_publish(subject.clone(), message(id, payload))
+            .await?;
         acks.push(ack.into_future());
     }
     while let Some(ack) = acks.next().await {
@@ -116,25 +124,121 @@ async fn raw(count: u64) -> anyhow::Result<f64> {
     Ok(rate)
 }
 
-/// The relay with the JetStream publisher vs raw publishing, interleaved.
-pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Figure> {
+/// Tasks/s of the publisher a careful user writes by hand over `count`
+/// pending tasks, on one connection: claim [`IN_FLIGHT`] with the raw drain
+/// loop's statement (prepared once), publish them all with their PubAcks in
+/// flight together, mark them succeeded, and claim again. (Two such loops
+/// of half as many each measured no faster.)
+async fn hand_written<B: Raw>(db: &B, count: u64) -> anyhow::Result<f64> {
+    db.reset().await?;
+    db.fill_pending(count, KIND).await?;
+    let stream = TestStream::create("bench_hand").await?;
+    let subject = format!("{}.{KIND}.v1", stream.prefix());
+    let mut conn = db.connect().await?;
+    let (mut published, mut after) = (0_u64, 0);
+    let started = Instant::now();
+    loop {
+        let claimed = B::claim_batch(&mut conn, i64::try_from(IN_FLIGHT)?, after).await?;
+        let Some(last) = claimed.last().map(|row| row.id) else {
+            break;
+        };
+        let mut acks = FuturesUnordered::new();
+        let mut ids = Vec::with_capacity(claimed.len());
+        for row in claimed {
+            let message = message(u64::try_from(row.id)?, row.payload);
+            let ack = stream
+                .jetstream()
+                .send_publish(subject.clone(), message)
+                .await?;
+            acks.push(ack.into_future());
+            ids.push(row.id);
+        }
+        while let Some(ack) = acks.next().await {
+            ack?;
+        }
+        B::complete_batch(&mut conn, &ids).await?;
+        published += ids.len() as u64;
+        after = last;
+    }
+    let rate = count as f64 / started.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        published == count && stream.count().await? == count,
+        "the hand-written publisher published {published} of {count}"
+    );
+    Ok(rate)
+}
+
+/// Tasks/s of the hand-written claim + complete loop over `count` pending
+/// tasks, claims of [`IN_FLIGHT`], publishing nothing: more than any relay
+/// can reach on this machine, since a relay claims and completes every task
+/// too, and publishes it besides.
+async fn ceiling<B: Raw>(db: &B, count: u64) -> anyhow::Result<f64> {
+    db.reset().await?;
+    db.fill_pending(count, KIND).await?;
+    raw_loop(db, count, IN_FLIGHT, Prepare::Once).await
+}
+
+/// The relay with the JetStream publisher vs raw publishing, vs the
+/// publisher a user writes by hand, and the database's ceiling beside them,
+/// interleaved.
+///
+/// The target (0.5x raw publishing) is out of reach wherever the ceiling
+/// row is below it: there the database, not the relay, sets the pace. The
+/// hand-written publisher shows what the same job costs without the library.
+pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<Figure>> {
     let count = plan.nats_tasks;
     let (mut library, mut baseline) = (Vec::new(), Vec::new());
+    let (mut database, mut by_hand) = (Vec::new(), Vec::new());
     for _ in 0..plan.runs {
         library.push(through_relay(db, count).await?);
         baseline.push(raw(count).await?);
+        database.push(ceiling(db, count).await?);
+        by_hand.push(hand_written(db, count).await?);
     }
     let (library, baseline) = (median(&library), median(&baseline));
-    Ok(Figure {
+    let (database, by_hand) = (median(&database), median(&by_hand));
+    let figure = |scenario: String, library: f64, baseline: f64, target, baseline_name| Figure {
         backend: B::NAME,
-        scenario: format!("publish {count} to JetStream through the relay"),
+        scenario,
         unit: "tasks/s",
         library,
         baseline,
         ratio: library / baseline,
         higher_is_better: true,
         runs: plan.runs,
-        target: None,
-        baseline_name: "async-nats, 256 PubAcks in flight",
-    })
+        target,
+        baseline_name,
+    };
+    Ok(vec![
+        figure(
+            format!("publish {count} to JetStream through the relay"),
+            library,
+            baseline,
+            Some(0.5),
+            "async-nats, 256 PubAcks in flight",
+        ),
+        figure(
+            format!(
+                "publish {count}: ceiling, the raw claim + complete loop alone (batch 256, publishing nothing)"
+            ),
+            database,
+            baseline,
+            None,
+            "async-nats, 256 PubAcks in flight",
+        ),
+        figure(
+            format!("publish {count} to JetStream through the relay"),
+            library,
+            by_hand,
+            None,
+            "hand-written publisher: claim 256, publish, complete",
+        ),
+        figure(
+            format!("publish {count} to JetStream through the relay, against that ceiling"),
+            library,
+            database,
+            None,
+            "raw claim + complete loop, batch 256, publishing nothing",
+        ),
+    ])
 }

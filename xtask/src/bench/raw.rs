@@ -33,6 +33,15 @@ impl Prepare {
     }
 }
 
+/// A task claimed by a hand-written loop: its id and what it carries.
+#[derive(Debug, diesel::QueryableByName)]
+pub(crate) struct Claimed {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub(crate) id: i64,
+    #[diesel(sql_type = diesel::sql_types::Binary)]
+    pub(crate) payload: Vec<u8>,
+}
+
 /// Raw statements of one backend, over its test database.
 pub(crate) trait Raw: TestBackend {
     /// `"postgres"`, `"mysql"` or `"sqlite"`.
@@ -89,6 +98,23 @@ pub(crate) trait Raw: TestBackend {
         prepare: Prepare,
     ) -> impl Future<Output = anyhow::Result<Vec<i64>>> + Send;
 
+    /// Claims up to `limit` due rows with ids above `after` as
+    /// [`Raw::drain_batch`] does with [`Prepare::Once`], and returns them with their
+    /// payloads, in id order, still running: what a hand-written publisher
+    /// sends before [`Raw::complete_batch`].
+    fn claim_batch(
+        conn: &mut Self::Conn,
+        limit: i64,
+        after: i64,
+    ) -> impl Future<Output = anyhow::Result<Vec<Claimed>>> + Send;
+
+    /// Marks the claimed `ids` succeeded as [`Raw::drain_batch`] does with
+    /// [`Prepare::Once`].
+    fn complete_batch(
+        conn: &mut Self::Conn,
+        ids: &[i64],
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+
     /// Inserts `n` pending tasks of `kind` in bulk.
     fn fill_pending(&self, n: u64, kind: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
 
@@ -124,13 +150,26 @@ mod postgres {
     use diesel_async::{AsyncPgConnection, RunQueryDsl};
     use diesel_outbox_testkit::{TestBackend, backlog::Backlog, postgres::PgTestDb};
 
-    use super::{Prepare, Raw};
+    use super::{Claimed, Prepare, Raw};
 
     #[derive(QueryableByName)]
     struct Id {
         #[diesel(sql_type = BigInt)]
         id: i64,
     }
+
+    /// Claims up to `$1` available rows above `$2`.
+    const CLAIM: &str = "UPDATE outbox_tasks SET status = 'running', lease_owner = 'raw', \
+        attempts = attempts + 1, lease_expires_at = now() + interval '30 seconds' \
+        WHERE id IN (SELECT id FROM outbox_tasks \
+            WHERE status = 'available' AND id > $2 \
+            ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) \
+        RETURNING id, kind, version, payload";
+
+    /// Marks the claimed ids in `$1` succeeded.
+    const COMPLETE: &str = "UPDATE outbox_tasks SET status = 'succeeded', finished_at = now(), \
+        updated_at = now(), lease_owner = NULL, lease_expires_at = NULL \
+        WHERE id = ANY($1)";
 
     impl Raw for PgTestDb {
         const NAME: &'static str = "postgres";
@@ -216,14 +255,7 @@ mod postgres {
             prepare: Prepare,
         ) -> anyhow::Result<Vec<i64>> {
             let claimed: Vec<Id> = prepare
-                .sql::<Pg>(
-                    "UPDATE outbox_tasks SET status = 'running', lease_owner = 'raw', \
-                     attempts = attempts + 1, lease_expires_at = now() + interval '30 seconds' \
-                 WHERE id IN (SELECT id FROM outbox_tasks \
-                     WHERE status = 'available' AND id > $2 \
-                     ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) \
-                 RETURNING id, kind, version, payload",
-                )
+                .sql::<Pg>(CLAIM)
                 .bind::<BigInt, _>(limit)
                 .bind::<BigInt, _>(after)
                 .load(conn)
@@ -234,15 +266,35 @@ mod postgres {
             let mut ids: Vec<i64> = claimed.iter().map(|row| row.id).collect();
             ids.sort_unstable();
             prepare
-                .sql::<Pg>(
-                    "UPDATE outbox_tasks SET status = 'succeeded', finished_at = now(), \
-                     updated_at = now(), lease_owner = NULL, lease_expires_at = NULL \
-                 WHERE id = ANY($1)",
-                )
+                .sql::<Pg>(COMPLETE)
                 .bind::<Array<BigInt>, _>(&ids)
                 .execute(conn)
                 .await?;
             Ok(ids)
+        }
+
+        async fn claim_batch(
+            conn: &mut AsyncPgConnection,
+            limit: i64,
+            after: i64,
+        ) -> anyhow::Result<Vec<Claimed>> {
+            let mut claimed: Vec<Claimed> = Prepare::Once
+                .sql::<Pg>(CLAIM)
+                .bind::<BigInt, _>(limit)
+                .bind::<BigInt, _>(after)
+                .load(conn)
+                .await?;
+            claimed.sort_unstable_by_key(|row| row.id);
+            Ok(claimed)
+        }
+
+        async fn complete_batch(conn: &mut AsyncPgConnection, ids: &[i64]) -> anyhow::Result<()> {
+            Prepare::Once
+                .sql::<Pg>(COMPLETE)
+                .bind::<Array<BigInt>, _>(ids)
+                .execute(conn)
+                .await?;
+            Ok(())
         }
 
         async fn fill_pending(&self, n: u64, kind: &str) -> anyhow::Result<()> {
@@ -284,7 +336,77 @@ mod mysql {
     use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
     use diesel_outbox_testkit::{TestBackend, backlog::Backlog, mysql::MysqlTestDb};
 
-    use super::{Prepare, Raw};
+    use super::{Claimed, Prepare, Raw};
+
+    /// Claims up to `limit` available rows above `after` in one
+    /// transaction (a locking read, then the update of what it took), and
+    /// returns them in id order as `R`.
+    async fn claim<R>(
+        conn: &mut AsyncMysqlConnection,
+        limit: i64,
+        after: i64,
+        prepare: Prepare,
+    ) -> anyhow::Result<Vec<R>>
+    where
+        R: QueryableByName<Mysql> + HasId + Send + 'static,
+    {
+        conn.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            .await?;
+        conn.transaction::<_, anyhow::Error, _>(async |tx| {
+            let claimed: Vec<R> = prepare
+                .sql::<Mysql>(
+                    "SELECT id, kind, version, payload FROM outbox_tasks \
+                     WHERE status = 'available' AND id > ? \
+                     ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
+                )
+                .bind::<BigInt, _>(after)
+                .bind::<BigInt, _>(limit)
+                .load(tx)
+                .await?;
+            if !claimed.is_empty() {
+                let ids: Vec<i64> = claimed.iter().map(HasId::id).collect();
+                tx.batch_execute(&format!(
+                    "UPDATE outbox_tasks SET status = 'running', lease_owner = 'raw', \
+                     attempts = attempts + 1, \
+                     lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND \
+                     WHERE id IN ({})",
+                    list(&ids)
+                ))
+                .await?;
+            }
+            Ok(claimed)
+        })
+        .await
+    }
+
+    /// Marks the claimed `ids` succeeded.
+    async fn complete(conn: &mut AsyncMysqlConnection, ids: &[i64]) -> anyhow::Result<()> {
+        conn.batch_execute(&format!(
+            "UPDATE outbox_tasks SET status = 'succeeded', finished_at = UTC_TIMESTAMP(6), \
+             updated_at = UTC_TIMESTAMP(6), lease_owner = NULL, lease_expires_at = NULL \
+             WHERE id IN ({})",
+            list(ids)
+        ))
+        .await?;
+        Ok(())
+    }
+
+    /// A claimed row's id, whatever else was read of it.
+    trait HasId {
+        fn id(&self) -> i64;
+    }
+
+    impl HasId for Id {
+        fn id(&self) -> i64 {
+            self.id
+        }
+    }
+
+    impl HasId for Claimed {
+        fn id(&self) -> i64 {
+            self.id
+        }
+    }
 
     #[derive(QueryableByName)]
     struct Id {
@@ -396,45 +518,27 @@ mod mysql {
             after: i64,
             prepare: Prepare,
         ) -> anyhow::Result<Vec<i64>> {
-            conn.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                .await?;
-            let ids = conn
-                .transaction::<_, anyhow::Error, _>(async |tx| {
-                    let claimed: Vec<Id> = prepare
-                        .sql::<Mysql>(
-                            "SELECT id, kind, version, payload FROM outbox_tasks \
-                         WHERE status = 'available' AND id > ? \
-                         ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
-                        )
-                        .bind::<BigInt, _>(after)
-                        .bind::<BigInt, _>(limit)
-                        .load(tx)
-                        .await?;
-                    let ids: Vec<i64> = claimed.iter().map(|row| row.id).collect();
-                    if !ids.is_empty() {
-                        tx.batch_execute(&format!(
-                            "UPDATE outbox_tasks SET status = 'running', lease_owner = 'raw', \
-                             attempts = attempts + 1, \
-                             lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND \
-                             WHERE id IN ({})",
-                            list(&ids)
-                        ))
-                        .await?;
-                    }
-                    Ok(ids)
-                })
-                .await?;
-            if ids.is_empty() {
-                return Ok(ids);
+            let claimed: Vec<Id> = claim(conn, limit, after, prepare).await?;
+            let ids: Vec<i64> = claimed.iter().map(|row| row.id).collect();
+            if !ids.is_empty() {
+                complete(conn, &ids).await?;
             }
-            conn.batch_execute(&format!(
-                "UPDATE outbox_tasks SET status = 'succeeded', finished_at = UTC_TIMESTAMP(6), \
-                 updated_at = UTC_TIMESTAMP(6), lease_owner = NULL, lease_expires_at = NULL \
-                 WHERE id IN ({})",
-                list(&ids)
-            ))
-            .await?;
             Ok(ids)
+        }
+
+        async fn claim_batch(
+            conn: &mut AsyncMysqlConnection,
+            limit: i64,
+            after: i64,
+        ) -> anyhow::Result<Vec<Claimed>> {
+            claim(conn, limit, after, Prepare::Once).await
+        }
+
+        async fn complete_batch(
+            conn: &mut AsyncMysqlConnection,
+            ids: &[i64],
+        ) -> anyhow::Result<()> {
+            complete(conn, ids).await
         }
 
         async fn fill_pending(&self, n: u64, kind: &str) -> anyhow::Result<()> {

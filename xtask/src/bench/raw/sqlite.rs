@@ -9,7 +9,7 @@ use diesel_async::RunQueryDsl;
 use diesel_outbox_sqlite::AsyncSqliteConnection;
 use diesel_outbox_testkit::{TestBackend, backlog::Backlog, sqlite::SqliteTestDb};
 
-use super::{Prepare, Raw};
+use super::{Claimed, Prepare, Raw};
 
 #[derive(QueryableByName)]
 struct Id {
@@ -24,6 +24,31 @@ const NOW_US: &str = "CAST(round((julianday('now') - 2440587.5) * 86400000000.0)
 /// `n` rows numbered 1..=n, for bulk fills.
 fn numbers(n: u64) -> String {
     format!("WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < {n})")
+}
+
+/// Claims up to `?2` available rows above `?1`: one statement is its own
+/// write transaction, so no BEGIN is needed.
+fn claim_sql() -> String {
+    format!(
+        "UPDATE outbox_tasks SET status = 'running', lease_owner = 'raw', \
+             attempts = attempts + 1, lease_expires_at = {NOW_US} + 30000000 \
+         WHERE id IN (SELECT id FROM outbox_tasks \
+             WHERE status = 'available' AND id > ? ORDER BY id LIMIT ?) \
+         RETURNING id, kind, version, payload"
+    )
+}
+
+/// Marks the claimed `ids` succeeded.
+async fn complete(conn: &mut AsyncSqliteConnection, ids: &[i64]) -> anyhow::Result<()> {
+    diesel::sql_query(format!(
+        "UPDATE outbox_tasks SET status = 'succeeded', finished_at = {NOW_US}, \
+             updated_at = {NOW_US}, lease_owner = NULL, lease_expires_at = NULL \
+         WHERE id IN ({})",
+        list(ids)
+    ))
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 fn list(ids: &[i64]) -> String {
@@ -114,16 +139,8 @@ impl Raw for SqliteTestDb {
         after: i64,
         prepare: Prepare,
     ) -> anyhow::Result<Vec<i64>> {
-        // One statement is its own write transaction: no BEGIN needed.
-        let claim = format!(
-            "UPDATE outbox_tasks SET status = 'running', lease_owner = 'raw', \
-                 attempts = attempts + 1, lease_expires_at = {NOW_US} + 30000000 \
-             WHERE id IN (SELECT id FROM outbox_tasks \
-                 WHERE status = 'available' AND id > ? ORDER BY id LIMIT ?) \
-             RETURNING id, kind, version, payload"
-        );
         let claimed: Vec<Id> = prepare
-            .sql::<Sqlite>(&claim)
+            .sql::<Sqlite>(&claim_sql())
             .bind::<BigInt, _>(after)
             .bind::<BigInt, _>(limit)
             .load(conn)
@@ -133,15 +150,27 @@ impl Raw for SqliteTestDb {
         }
         let mut ids: Vec<i64> = claimed.iter().map(|row| row.id).collect();
         ids.sort_unstable();
-        diesel::sql_query(format!(
-            "UPDATE outbox_tasks SET status = 'succeeded', finished_at = {NOW_US}, \
-                 updated_at = {NOW_US}, lease_owner = NULL, lease_expires_at = NULL \
-             WHERE id IN ({})",
-            list(&ids)
-        ))
-        .execute(conn)
-        .await?;
+        complete(conn, &ids).await?;
         Ok(ids)
+    }
+
+    async fn claim_batch(
+        conn: &mut AsyncSqliteConnection,
+        limit: i64,
+        after: i64,
+    ) -> anyhow::Result<Vec<Claimed>> {
+        let mut claimed: Vec<Claimed> = Prepare::Once
+            .sql::<Sqlite>(&claim_sql())
+            .bind::<BigInt, _>(after)
+            .bind::<BigInt, _>(limit)
+            .load(conn)
+            .await?;
+        claimed.sort_unstable_by_key(|row| row.id);
+        Ok(claimed)
+    }
+
+    async fn complete_batch(conn: &mut AsyncSqliteConnection, ids: &[i64]) -> anyhow::Result<()> {
+        complete(conn, ids).await
     }
 
     async fn fill_pending(&self, n: u64, kind: &str) -> anyhow::Result<()> {
