@@ -1,6 +1,6 @@
 //! Scenario 1: what enqueueing adds to a business transaction.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use diesel_async::AsyncConnection;
 use diesel_outbox_core::{Store, Task};
@@ -27,21 +27,42 @@ enum Variant {
     OrderOnly,
 }
 
-/// Commits/s of `plan.transactions` business transactions of one variant.
-async fn run<B: Raw>(
-    db: &B,
-    variant: Variant,
-    plan: &Plan,
-    next_order: &mut i64,
-) -> anyhow::Result<f64> {
-    let mut conn = db.connect().await?;
-    let store = db.store();
-    let many = matches!(variant, Variant::LibraryMany | Variant::RawMany);
-    let transactions = if many {
+/// Every variant, in the order each block runs them.
+const VARIANTS: [Variant; 6] = [
+    Variant::Library,
+    Variant::Raw,
+    Variant::RawEachCall,
+    Variant::OrderOnly,
+    Variant::LibraryMany,
+    Variant::RawMany,
+];
+
+/// Blocks each run is cut into, the variants taking turns block by block,
+/// so that a checkpoint, an autovacuum or a slow disk flush lasting a
+/// second falls on all of them alike instead of on whichever ran then.
+const BLOCKS: usize = 10;
+
+/// Commits of one variant in one run: `plan.transactions`, a tenth of that
+/// for the variants that enqueue 100 tasks per commit.
+fn commits(variant: Variant, plan: &Plan) -> usize {
+    if matches!(variant, Variant::LibraryMany | Variant::RawMany) {
         plan.transactions / 10
     } else {
         plan.transactions
-    };
+    }
+}
+
+/// Time taken by `transactions` business transactions of one variant on
+/// `conn` (each variant keeps its own connection, so its statements stay
+/// prepared from the warm-up on).
+async fn run<B: Raw>(
+    db: &B,
+    conn: &mut B::Conn,
+    variant: Variant,
+    transactions: usize,
+    next_order: &mut i64,
+) -> anyhow::Result<Duration> {
+    let store = db.store();
     let started = Instant::now();
     for _ in 0..transactions {
         *next_order += 1;
@@ -78,37 +99,38 @@ async fn run<B: Raw>(
         })
         .await?;
     }
-    Ok(transactions as f64 / started.elapsed().as_secs_f64())
+    Ok(started.elapsed())
 }
 
-/// Library vs raw, interleaved run by run, for one enqueue and for 100.
+/// Library vs raw, interleaved block by block, for one enqueue and for 100.
 pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<Figure>> {
     db.reset().await?;
     let mut next_order = 0;
-    // Warm both paths (connections, prepared statements) before measuring.
-    let warm = Plan {
-        transactions: 50,
-        ..plan.clone()
-    };
-    for variant in [
-        Variant::Library,
-        Variant::Raw,
-        Variant::RawEachCall,
-        Variant::OrderOnly,
-    ] {
-        run(db, variant, &warm, &mut next_order).await?;
+    let mut conns = Vec::with_capacity(VARIANTS.len());
+    for _ in VARIANTS {
+        conns.push(db.connect().await?);
     }
-    let (mut library, mut raw, mut bare) = (Vec::new(), Vec::new(), Vec::new());
-    let mut each_call = Vec::new();
-    let (mut library_many, mut raw_many) = (Vec::new(), Vec::new());
+    // Warm every path (connections, prepared statements) before measuring.
+    for (variant, conn) in VARIANTS.into_iter().zip(&mut conns) {
+        run(db, conn, variant, 50, &mut next_order).await?;
+    }
+    // Commits/s of each variant, one per run.
+    let mut rates: [Vec<f64>; VARIANTS.len()] = Default::default();
     for _ in 0..plan.runs {
-        library.push(run(db, Variant::Library, plan, &mut next_order).await?);
-        raw.push(run(db, Variant::Raw, plan, &mut next_order).await?);
-        each_call.push(run(db, Variant::RawEachCall, plan, &mut next_order).await?);
-        bare.push(run(db, Variant::OrderOnly, plan, &mut next_order).await?);
-        library_many.push(run(db, Variant::LibraryMany, plan, &mut next_order).await?);
-        raw_many.push(run(db, Variant::RawMany, plan, &mut next_order).await?);
+        let mut spent = [Duration::ZERO; VARIANTS.len()];
+        for block in 0..BLOCKS {
+            for ((variant, conn), spent) in VARIANTS.into_iter().zip(&mut conns).zip(&mut spent) {
+                // The run's commits, spread over its blocks.
+                let total = commits(variant, plan);
+                let share = total * (block + 1) / BLOCKS - total * block / BLOCKS;
+                *spent += run(db, conn, variant, share, &mut next_order).await?;
+            }
+        }
+        for ((variant, spent), rates) in VARIANTS.into_iter().zip(spent).zip(&mut rates) {
+            rates.push(commits(variant, plan) as f64 / spent.as_secs_f64());
+        }
     }
+    let [library, raw, each_call, bare, library_many, raw_many] = rates;
     let (library, raw, bare) = (median(&library), median(&raw), median(&bare));
     let each_call = median(&each_call);
     let (library_many, raw_many) = (median(&library_many), median(&raw_many));
