@@ -66,7 +66,8 @@ pub(crate) enum Scenario {
     Latency,
     /// Claim cost beside each backlog shape.
     Scale,
-    /// JetStream publishing through the relay against raw async-nats.
+    /// JetStream publishing through the relay against raw async-nats, a
+    /// hand-written publisher and the raw drain loop alone.
     Nats,
 }
 
