@@ -77,11 +77,6 @@ async fn relays<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<f64> {
     Ok(tasks as f64 / started.elapsed().as_secs_f64())
 }
 
-/// Tasks/s of the hand-written loop on two connections, claims of 100.
-async fn raw<B: Raw>(db: &B, tasks: u64, prepare: Prepare) -> anyhow::Result<f64> {
-    raw_loop(db, tasks, BATCH, prepare).await
-}
-
 /// Tasks/s of the hand-written claim + complete loop on two connections,
 /// claims of up to `batch`, until `tasks` pending tasks are handled.
 pub(crate) async fn raw_loop<B: Raw>(
@@ -144,10 +139,10 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
         fresh(db, tasks).await?;
         timed(tasks, rounds(db, tasks), &mut by_rounds, &mut cpu_rounds).await?;
         fresh(db, tasks).await?;
-        let once = raw(db, tasks, Prepare::Once);
+        let once = raw_loop(db, tasks, BATCH, Prepare::Once);
         timed(tasks, once, &mut by_raw, &mut cpu_raw).await?;
         fresh(db, tasks).await?;
-        let each_call = raw(db, tasks, Prepare::EachCall);
+        let each_call = raw_loop(db, tasks, BATCH, Prepare::EachCall);
         timed(
             tasks,
             each_call,
