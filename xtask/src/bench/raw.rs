@@ -171,6 +171,38 @@ mod postgres {
         updated_at = now(), lease_owner = NULL, lease_expires_at = NULL \
         WHERE id = ANY($1)";
 
+    /// Runs [`CLAIM`], reading each claimed row as `R` (in no set order).
+    async fn claim<R>(
+        conn: &mut AsyncPgConnection,
+        limit: i64,
+        after: i64,
+        prepare: Prepare,
+    ) -> anyhow::Result<Vec<R>>
+    where
+        R: QueryableByName<Pg> + Send + 'static,
+    {
+        Ok(prepare
+            .sql::<Pg>(CLAIM)
+            .bind::<BigInt, _>(limit)
+            .bind::<BigInt, _>(after)
+            .load(conn)
+            .await?)
+    }
+
+    /// Runs [`COMPLETE`] for `ids`.
+    async fn complete(
+        conn: &mut AsyncPgConnection,
+        ids: &[i64],
+        prepare: Prepare,
+    ) -> anyhow::Result<()> {
+        prepare
+            .sql::<Pg>(COMPLETE)
+            .bind::<Array<BigInt>, _>(ids)
+            .execute(conn)
+            .await?;
+        Ok(())
+    }
+
     impl Raw for PgTestDb {
         const NAME: &'static str = "postgres";
         const DELIVERIES: &'static str = "CREATE TABLE deliveries (task_id BIGINT NOT NULL, \
@@ -254,22 +286,13 @@ mod postgres {
             after: i64,
             prepare: Prepare,
         ) -> anyhow::Result<Vec<i64>> {
-            let claimed: Vec<Id> = prepare
-                .sql::<Pg>(CLAIM)
-                .bind::<BigInt, _>(limit)
-                .bind::<BigInt, _>(after)
-                .load(conn)
-                .await?;
+            let claimed: Vec<Id> = claim(conn, limit, after, prepare).await?;
             if claimed.is_empty() {
                 return Ok(Vec::new());
             }
             let mut ids: Vec<i64> = claimed.iter().map(|row| row.id).collect();
             ids.sort_unstable();
-            prepare
-                .sql::<Pg>(COMPLETE)
-                .bind::<Array<BigInt>, _>(&ids)
-                .execute(conn)
-                .await?;
+            complete(conn, &ids, prepare).await?;
             Ok(ids)
         }
 
@@ -278,23 +301,13 @@ mod postgres {
             limit: i64,
             after: i64,
         ) -> anyhow::Result<Vec<Claimed>> {
-            let mut claimed: Vec<Claimed> = Prepare::Once
-                .sql::<Pg>(CLAIM)
-                .bind::<BigInt, _>(limit)
-                .bind::<BigInt, _>(after)
-                .load(conn)
-                .await?;
+            let mut claimed: Vec<Claimed> = claim(conn, limit, after, Prepare::Once).await?;
             claimed.sort_unstable_by_key(|row| row.id);
             Ok(claimed)
         }
 
         async fn complete_batch(conn: &mut AsyncPgConnection, ids: &[i64]) -> anyhow::Result<()> {
-            Prepare::Once
-                .sql::<Pg>(COMPLETE)
-                .bind::<Array<BigInt>, _>(ids)
-                .execute(conn)
-                .await?;
-            Ok(())
+            complete(conn, ids, Prepare::Once).await
         }
 
         async fn fill_pending(&self, n: u64, kind: &str) -> anyhow::Result<()> {

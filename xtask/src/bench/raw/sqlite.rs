@@ -26,16 +26,31 @@ fn numbers(n: u64) -> String {
     format!("WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < {n})")
 }
 
-/// Claims up to `?2` available rows above `?1`: one statement is its own
-/// write transaction, so no BEGIN is needed.
-fn claim_sql() -> String {
-    format!(
+/// Claims up to `limit` available rows above `after`, reading each as `R`
+/// (in no set order): one statement is its own write transaction, so no
+/// BEGIN is needed.
+async fn claim<R>(
+    conn: &mut AsyncSqliteConnection,
+    limit: i64,
+    after: i64,
+    prepare: Prepare,
+) -> anyhow::Result<Vec<R>>
+where
+    R: QueryableByName<Sqlite> + Send + 'static,
+{
+    let sql = format!(
         "UPDATE outbox_tasks SET status = 'running', lease_owner = 'raw', \
              attempts = attempts + 1, lease_expires_at = {NOW_US} + 30000000 \
          WHERE id IN (SELECT id FROM outbox_tasks \
              WHERE status = 'available' AND id > ? ORDER BY id LIMIT ?) \
          RETURNING id, kind, version, payload"
-    )
+    );
+    Ok(prepare
+        .sql::<Sqlite>(&sql)
+        .bind::<BigInt, _>(after)
+        .bind::<BigInt, _>(limit)
+        .load(conn)
+        .await?)
 }
 
 /// Marks the claimed `ids` succeeded.
@@ -139,12 +154,7 @@ impl Raw for SqliteTestDb {
         after: i64,
         prepare: Prepare,
     ) -> anyhow::Result<Vec<i64>> {
-        let claimed: Vec<Id> = prepare
-            .sql::<Sqlite>(&claim_sql())
-            .bind::<BigInt, _>(after)
-            .bind::<BigInt, _>(limit)
-            .load(conn)
-            .await?;
+        let claimed: Vec<Id> = claim(conn, limit, after, prepare).await?;
         if claimed.is_empty() {
             return Ok(Vec::new());
         }
@@ -159,12 +169,7 @@ impl Raw for SqliteTestDb {
         limit: i64,
         after: i64,
     ) -> anyhow::Result<Vec<Claimed>> {
-        let mut claimed: Vec<Claimed> = Prepare::Once
-            .sql::<Sqlite>(&claim_sql())
-            .bind::<BigInt, _>(after)
-            .bind::<BigInt, _>(limit)
-            .load(conn)
-            .await?;
+        let mut claimed: Vec<Claimed> = claim(conn, limit, after, Prepare::Once).await?;
         claimed.sort_unstable_by_key(|row| row.id);
         Ok(claimed)
     }
