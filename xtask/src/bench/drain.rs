@@ -88,7 +88,7 @@ pub(crate) async fn raw_loop<B: Raw>(
     let batch = i64::try_from(batch)?;
     let started = Instant::now();
     let loops = (0..WORKERS).map(|_| async {
-        let mut conn = db.connect().await?;
+        let mut conn = db.drain_connection().await?;
         let (mut handled, mut after) = (0, 0);
         loop {
             let ids = B::drain_batch(&mut conn, batch, after, prepare).await?;
