@@ -42,6 +42,24 @@ const VARIANTS: [Variant; 6] = [
 /// second falls on all of them alike instead of on whichever ran then.
 const BLOCKS: usize = 10;
 
+/// Which variant (its index in [`VARIANTS`]) runs `step`-th in `block`.
+///
+/// Blocks go in pairs: the first of a pair runs the variants in order,
+/// starting one variant later than the pair before, the second runs the
+/// same order backwards. A slow drift then falls on every variant alike
+/// within a pair, and each variant follows each of its two neighbours in
+/// [`VARIANTS`] in about half the blocks: a variant that leaves flushes
+/// behind (100 rows per commit) slows the one after it, and rotation alone
+/// would always put the same one there.
+fn turn(block: usize, step: usize) -> usize {
+    let (n, start) = (VARIANTS.len(), block / 2);
+    if block.is_multiple_of(2) {
+        (start + step) % n
+    } else {
+        (start + n - 1 - step) % n
+    }
+}
+
 /// Commits of one variant in one run: `plan.transactions`, a tenth of that
 /// for the variants that enqueue 100 tasks per commit.
 fn commits(variant: Variant, plan: &Plan) -> usize {
@@ -119,10 +137,8 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
     for _ in 0..plan.runs {
         let mut spent = [Duration::ZERO; VARIANTS.len()];
         for block in 0..BLOCKS {
-            // Each block starts one variant later, so none always follows
-            // the same neighbour (the flushes its writes leave behind).
             for step in 0..VARIANTS.len() {
-                let at = (block + step) % VARIANTS.len();
+                let at = turn(block, step);
                 let variant = VARIANTS[at];
                 // The run's commits, spread over its blocks.
                 let total = commits(variant, plan);
@@ -189,4 +205,49 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
             baseline_name: "hand-written multi-row INSERT",
         },
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BLOCKS, VARIANTS, turn};
+
+    #[test]
+    fn every_block_runs_each_variant_once() {
+        for block in 0..BLOCKS {
+            let mut order: Vec<usize> = (0..VARIANTS.len()).map(|s| turn(block, s)).collect();
+            order.sort_unstable();
+            assert_eq!(
+                order,
+                (0..VARIANTS.len()).collect::<Vec<_>>(),
+                "block {block}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_variant_follows_both_neighbours_about_equally() {
+        let n = VARIANTS.len();
+        for variant in 0..n {
+            let (mut after_lower, mut after_upper) = (0, 0);
+            for block in 0..BLOCKS {
+                for step in 1..n {
+                    if turn(block, step) != variant {
+                        continue;
+                    }
+                    let before = turn(block, step - 1);
+                    if before == (variant + n - 1) % n {
+                        after_lower += 1;
+                    } else if before == (variant + 1) % n {
+                        after_upper += 1;
+                    } else {
+                        panic!("variant {variant} followed {before}, not a neighbour");
+                    }
+                }
+            }
+            assert!(
+                after_lower >= 4 && after_upper >= 4,
+                "variant {variant}: {after_lower} and {after_upper} blocks after each neighbour"
+            );
+        }
+    }
 }
