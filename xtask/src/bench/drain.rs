@@ -116,8 +116,9 @@ async fn fresh<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<()> {
     db.analyze().await
 }
 
-/// A drain's rate, and the CPU time this process spent on it per task.
-async fn timed(
+/// A drain's rate, and the CPU time this process spent on it per task
+/// (whatever else `drain` does before it starts its clock included).
+pub(crate) async fn timed(
     tasks: u64,
     drain: impl Future<Output = anyhow::Result<f64>>,
     rates: &mut Vec<f64>,

@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 use super::{
     Plan,
     counting::Counting,
-    drain::raw_loop,
-    raw::{Prepare, Raw},
+    drain::{raw_loop, timed},
+    raw::{Claimed, Prepare, Raw},
     stats::{Figure, median},
 };
 
@@ -125,6 +125,30 @@ async fn raw(count: u64) -> anyhow::Result<f64> {
     Ok(rate)
 }
 
+/// Publishes `claimed` with all their PubAcks in flight together, and
+/// returns their ids once every one is acknowledged.
+async fn publish_batch(
+    stream: &TestStream,
+    subject: &str,
+    claimed: Vec<Claimed>,
+) -> anyhow::Result<Vec<i64>> {
+    let mut acks = FuturesUnordered::new();
+    let mut ids = Vec::with_capacity(claimed.len());
+    for row in claimed {
+        let message = message(u64::try_from(row.id)?, row.payload);
+        let ack = stream
+            .jetstream()
+            .send_publish(subject.to_owned(), message)
+            .await?;
+        acks.push(ack.into_future());
+        ids.push(row.id);
+    }
+    while let Some(ack) = acks.next().await {
+        ack?;
+    }
+    Ok(ids)
+}
+
 /// Tasks/s of the publisher a careful user writes by hand over `count`
 /// pending tasks, on one connection: claim [`IN_FLIGHT`] with the raw drain
 /// loop's statement (prepared once), publish them all with their PubAcks in
@@ -143,20 +167,7 @@ async fn hand_written<B: Raw>(db: &B, count: u64) -> anyhow::Result<f64> {
         let Some(last) = claimed.last().map(|row| row.id) else {
             break;
         };
-        let mut acks = FuturesUnordered::new();
-        let mut ids = Vec::with_capacity(claimed.len());
-        for row in claimed {
-            let message = message(u64::try_from(row.id)?, row.payload);
-            let ack = stream
-                .jetstream()
-                .send_publish(subject.clone(), message)
-                .await?;
-            acks.push(ack.into_future());
-            ids.push(row.id);
-        }
-        while let Some(ack) = acks.next().await {
-            ack?;
-        }
+        let ids = publish_batch(&stream, &subject, claimed).await?;
         B::complete_batch(&mut conn, &ids).await?;
         published += ids.len() as u64;
         after = last;
@@ -167,6 +178,50 @@ async fn hand_written<B: Raw>(db: &B, count: u64) -> anyhow::Result<f64> {
         "the hand-written publisher published {published} of {count}"
     );
     Ok(rate)
+}
+
+/// Tasks/s of the hand-written publisher with its round trips overlapped,
+/// on two connections: while one batch of [`IN_FLIGHT`] is published, the
+/// next is claimed on one connection and the batch before is marked
+/// succeeded on the other, so the database's round trips hide behind the
+/// PubAcks. What a user writes once the plain loop is too slow.
+async fn hand_written_overlapping<B: Raw>(db: &B, count: u64) -> anyhow::Result<f64> {
+    db.reset().await?;
+    db.fill_pending(count, KIND).await?;
+    let stream = TestStream::create("bench_overlap").await?;
+    let subject = format!("{}.{KIND}.v1", stream.prefix());
+    let mut claiming = db.drain_connection().await?;
+    let mut completing = db.drain_connection().await?;
+    let limit = i64::try_from(IN_FLIGHT)?;
+    let started = Instant::now();
+    let mut claimed = B::claim_batch(&mut claiming, limit, 0).await?;
+    let (mut published, mut done) = (0_u64, Vec::new());
+    while let Some(after) = claimed.last().map(|row| row.id) {
+        let (sent, next, completed) = tokio::join!(
+            publish_batch(&stream, &subject, std::mem::take(&mut claimed)),
+            B::claim_batch(&mut claiming, limit, after),
+            complete::<B>(&mut completing, &done),
+        );
+        completed?;
+        done = sent?;
+        published += done.len() as u64;
+        claimed = next?;
+    }
+    complete::<B>(&mut completing, &done).await?;
+    let rate = count as f64 / started.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        published == count && stream.count().await? == count,
+        "the overlapping hand-written publisher published {published} of {count}"
+    );
+    Ok(rate)
+}
+
+/// Marks `ids` succeeded, when there are any.
+async fn complete<B: Raw>(conn: &mut B::Conn, ids: &[i64]) -> anyhow::Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    B::complete_batch(conn, ids).await
 }
 
 /// Tasks/s of the hand-written claim + complete loop over `count` pending
@@ -182,24 +237,58 @@ async fn reference_drain<B: Raw>(db: &B, count: u64) -> anyhow::Result<f64> {
 }
 
 /// The relay with the JetStream publisher vs raw publishing, vs the
-/// publisher a user writes by hand, and the raw drain loop alone beside
-/// them as a reference, interleaved.
+/// publisher a user writes by hand (plain, and overlapping its round
+/// trips), and the raw drain loop alone beside them as a reference,
+/// interleaved; and this process's CPU per task for the relay and the
+/// hand-written publishers.
 ///
 /// Where the reference row is near or below the target (0.5x raw
-/// publishing), the database, not the relay, sets the pace. The hand-written publisher
-/// shows what the same job costs without the library.
+/// publishing), the database, not the relay, sets the pace. The
+/// hand-written publishers show what the same job costs without the
+/// library.
 pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<Figure>> {
     let count = plan.nats_tasks;
     let (mut library, mut baseline) = (Vec::new(), Vec::new());
-    let (mut database, mut by_hand) = (Vec::new(), Vec::new());
+    let (mut database, mut by_hand, mut overlapping) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cpu_relay, mut cpu_by_hand, mut cpu_overlapping) =
+        (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..plan.runs {
-        library.push(through_relay(db, count).await?);
+        timed(
+            count,
+            through_relay(db, count),
+            &mut library,
+            &mut cpu_relay,
+        )
+        .await?;
         baseline.push(raw(count).await?);
         database.push(reference_drain(db, count).await?);
-        by_hand.push(hand_written(db, count).await?);
+        timed(
+            count,
+            hand_written(db, count),
+            &mut by_hand,
+            &mut cpu_by_hand,
+        )
+        .await?;
+        let overlap = hand_written_overlapping(db, count);
+        timed(count, overlap, &mut overlapping, &mut cpu_overlapping).await?;
     }
     let (library, baseline) = (median(&library), median(&baseline));
     let (database, by_hand) = (median(&database), median(&by_hand));
+    let overlapping = median(&overlapping);
+    let (cpu_relay, cpu_by_hand) = (median(&cpu_relay), median(&cpu_by_hand));
+    let cpu_overlapping = median(&cpu_overlapping);
+    let cpu = |scenario: String, library: f64, baseline: f64, baseline_name| Figure {
+        backend: B::NAME,
+        scenario,
+        unit: "us CPU/task",
+        library,
+        baseline,
+        ratio: library / baseline,
+        higher_is_better: false,
+        runs: plan.runs,
+        target: None,
+        baseline_name,
+    };
     let figure = |scenario: String, library: f64, baseline: f64, target, baseline_name| Figure {
         backend: B::NAME,
         scenario,
@@ -239,11 +328,34 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
             "hand-written publisher: claim 256, publish, complete",
         ),
         figure(
+            format!(
+                "publish {count} to JetStream through the relay, against a hand-written publisher overlapping its round trips"
+            ),
+            library,
+            overlapping,
+            None,
+            "hand-written publisher, 2 connections: claim next, publish, complete previous at once",
+        ),
+        figure(
             format!("publish {count} to JetStream through the relay, against that reference"),
             library,
             database,
             None,
             "raw claim + complete loop, batch 256, publishing nothing",
+        ),
+        cpu(
+            format!("publish {count}: this process's CPU per task, relay"),
+            cpu_relay,
+            cpu_by_hand,
+            "hand-written publisher",
+        ),
+        cpu(
+            format!(
+                "publish {count}: this process's CPU per task, hand-written publisher overlapping its round trips"
+            ),
+            cpu_overlapping,
+            cpu_by_hand,
+            "hand-written publisher",
         ),
     ])
 }
