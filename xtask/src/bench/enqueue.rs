@@ -27,30 +27,36 @@ enum Variant {
     OrderOnly,
 }
 
-/// Every variant, in the order the first block runs them.
+/// Every variant, in the order the first block runs them, as a ring: each
+/// compared pair has neighbours alike. `Library` and `Raw` each sit next to
+/// one variant writing 100 rows per commit and one writing a single row;
+/// `LibraryMany` and `RawMany` each sit between two single-row variants.
 const VARIANTS: [Variant; 6] = [
     Variant::Library,
-    Variant::Raw,
-    Variant::RawEachCall,
-    Variant::OrderOnly,
     Variant::LibraryMany,
+    Variant::OrderOnly,
+    Variant::Raw,
     Variant::RawMany,
+    Variant::RawEachCall,
 ];
 
 /// Blocks each run is cut into, the variants taking turns block by block,
 /// so that a checkpoint, an autovacuum or a slow disk flush lasting a
-/// second falls on all of them alike instead of on whichever ran then.
-const BLOCKS: usize = 10;
+/// second falls on all of them alike instead of on whichever ran then. Two
+/// per variant, so that [`turn`] starts a pair of blocks at each variant
+/// once.
+const BLOCKS: usize = 2 * VARIANTS.len();
 
 /// Which variant (its index in [`VARIANTS`]) runs `step`-th in `block`.
 ///
-/// Blocks go in pairs: the first of a pair runs the variants in order,
-/// starting one variant later than the pair before, the second runs the
-/// same order backwards. A slow drift then falls on every variant alike
-/// within a pair, and each variant follows each of its two neighbours in
-/// [`VARIANTS`] in about half the blocks: a variant that leaves flushes
-/// behind (100 rows per commit) slows the one after it, and rotation alone
-/// would always put the same one there.
+/// Blocks go in pairs: the first of a pair runs the ring in order, starting
+/// one variant later than the pair before, the second runs the same order
+/// backwards. A slow drift then falls on every variant alike within a
+/// pair, and over a run each variant comes right after each of its two
+/// neighbours in the ring, and after itself, as often as any other variant
+/// does: a variant that leaves flushes behind (100 rows per commit) slows
+/// the one after it, and rotation alone would always put the same one
+/// there.
 fn turn(block: usize, step: usize) -> usize {
     let (n, start) = (VARIANTS.len(), block / 2);
     if block.is_multiple_of(2) {
@@ -150,7 +156,7 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
             rates.push(commits(variant, plan) as f64 / spent.as_secs_f64());
         }
     }
-    let [library, raw, each_call, bare, library_many, raw_many] = rates;
+    let [library, library_many, bare, raw, raw_many, each_call] = rates;
     let (library, raw, bare) = (median(&library), median(&raw), median(&bare));
     let each_call = median(&each_call);
     let (library_many, raw_many) = (median(&library_many), median(&raw_many));
@@ -209,7 +215,14 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
 
 #[cfg(test)]
 mod tests {
-    use super::{BLOCKS, VARIANTS, turn};
+    use super::{BLOCKS, VARIANTS, Variant, turn};
+
+    /// The variants of one run in the order they run, block after block.
+    fn sequence() -> Vec<usize> {
+        (0..BLOCKS)
+            .flat_map(|block| (0..VARIANTS.len()).map(move |step| turn(block, step)))
+            .collect()
+    }
 
     #[test]
     fn every_block_runs_each_variant_once() {
@@ -224,30 +237,55 @@ mod tests {
         }
     }
 
+    /// How often the variant at `index` runs right after one that writes
+    /// 100 rows per commit, block boundaries included.
+    fn after_many(index: usize) -> usize {
+        let many = |i: usize| matches!(VARIANTS[i], Variant::LibraryMany | Variant::RawMany);
+        sequence()
+            .windows(2)
+            .filter(|pair| pair[1] == index && many(pair[0]))
+            .count()
+    }
+
+    fn index(variant: fn(&Variant) -> bool) -> usize {
+        VARIANTS
+            .iter()
+            .position(variant)
+            .expect("every variant is listed")
+    }
+
     #[test]
-    fn each_variant_follows_both_neighbours_about_equally() {
+    fn compared_variants_follow_the_heavy_writers_equally_often() {
+        let library = index(|v| matches!(v, Variant::Library));
+        let raw = index(|v| matches!(v, Variant::Raw));
+        let library_many = index(|v| matches!(v, Variant::LibraryMany));
+        let raw_many = index(|v| matches!(v, Variant::RawMany));
+        assert_eq!(after_many(library), after_many(raw));
+        assert_eq!(after_many(library_many), after_many(raw_many));
+    }
+
+    #[test]
+    fn each_variant_follows_both_ring_neighbours_in_about_half_the_blocks() {
         let n = VARIANTS.len();
-        for variant in 0..n {
-            let (mut after_lower, mut after_upper) = (0, 0);
-            for block in 0..BLOCKS {
-                for step in 1..n {
-                    if turn(block, step) != variant {
-                        continue;
-                    }
-                    let before = turn(block, step - 1);
-                    if before == (variant + n - 1) % n {
-                        after_lower += 1;
-                    } else if before == (variant + 1) % n {
-                        after_upper += 1;
-                    } else {
-                        panic!("variant {variant} followed {before}, not a neighbour");
-                    }
-                }
+        let mut follows = vec![vec![0_usize; n]; n];
+        for pair in sequence().windows(2) {
+            follows[pair[1]][pair[0]] += 1;
+        }
+        for (variant, before) in follows.iter().enumerate() {
+            let (lower, upper) = ((variant + n - 1) % n, (variant + 1) % n);
+            for (other, &times) in before.iter().enumerate() {
+                let expected = if other == lower || other == upper {
+                    5..=6
+                } else if other == variant {
+                    1..=1
+                } else {
+                    0..=0
+                };
+                assert!(
+                    expected.contains(&times),
+                    "variant {variant} follows {other} {times} times"
+                );
             }
-            assert!(
-                after_lower >= 4 && after_upper >= 4,
-                "variant {variant}: {after_lower} and {after_upper} blocks after each neighbour"
-            );
         }
     }
 }
