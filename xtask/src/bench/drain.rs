@@ -78,7 +78,9 @@ async fn relays<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<f64> {
 }
 
 /// Tasks/s of the hand-written claim + complete loop on two connections,
-/// claims of up to `batch`, until `tasks` pending tasks are handled.
+/// claims of up to `batch`, until `tasks` pending tasks are handled. Each
+/// connection claims after the last id it took, and stops once a claim from
+/// the lowest id finds nothing.
 pub(crate) async fn raw_loop<B: Raw>(
     db: &B,
     tasks: u64,
@@ -86,17 +88,23 @@ pub(crate) async fn raw_loop<B: Raw>(
     prepare: Prepare,
 ) -> anyhow::Result<f64> {
     let batch = i64::try_from(batch)?;
+    let connect = (0..WORKERS).map(|_| db.drain_connection());
+    let conns = futures_util::future::try_join_all(connect).await?;
     let started = Instant::now();
-    let loops = (0..WORKERS).map(|_| async {
-        let mut conn = db.drain_connection().await?;
+    let loops = conns.into_iter().map(|mut conn| async move {
         let (mut handled, mut after) = (0, 0);
         loop {
             let ids = B::drain_batch(&mut conn, batch, after, prepare).await?;
-            let Some(&last) = ids.last() else {
-                return anyhow::Ok(handled);
-            };
-            handled += ids.len();
-            after = last;
+            match ids.last() {
+                Some(&last) => (handled, after) = (handled + ids.len(), last),
+                // `SKIP LOCKED` passes over rows another transaction holds
+                // (and MariaDB was seen passing over a row no other claim
+                // took), so nothing past the cursor does not mean nothing
+                // is left: look from the lowest id once more before
+                // stopping.
+                None if after > 0 => after = 0,
+                None => return anyhow::Ok(handled),
+            }
         }
     });
     let handled: usize = futures_util::future::try_join_all(loops)

@@ -87,10 +87,12 @@ pub(crate) trait Raw: TestBackend {
         payloads: &[Vec<u8>],
     ) -> impl Future<Output = anyhow::Result<()>> + Send;
 
-    /// Opens a connection for the hand-written drain loops, set up once the
-    /// way a careful user sets theirs up: on MySQL, READ COMMITTED for the
-    /// whole session, as the library's pool does, so neither the claim nor
-    /// the completion takes gap locks or pays a round trip to set it.
+    /// Opens a connection for the hand-written drain loops and publishers,
+    /// set up once the way a careful user sets theirs up: on MySQL, READ
+    /// COMMITTED for the whole session, as the library's pool does, so
+    /// neither the claim nor the completion takes gap locks or pays a round
+    /// trip to set it. [`Raw::drain_batch`], [`Raw::claim_batch`] and
+    /// [`Raw::complete_batch`] expect a connection from here.
     fn drain_connection(&self) -> impl Future<Output = anyhow::Result<Self::Conn>> + Send {
         self.connect()
     }
@@ -117,7 +119,7 @@ pub(crate) trait Raw: TestBackend {
     ) -> impl Future<Output = anyhow::Result<Vec<Claimed>>> + Send;
 
     /// Marks the claimed `ids` succeeded as [`Raw::drain_batch`] does with
-    /// [`Prepare::Once`].
+    /// [`Prepare::Once`]; nothing to do when there are none.
     fn complete_batch(
         conn: &mut Self::Conn,
         ids: &[i64],
@@ -406,8 +408,12 @@ mod mysql {
         }
     }
 
-    /// Marks the claimed `ids` succeeded.
+    /// Marks the claimed `ids` succeeded (none: nothing to do), restarting a
+    /// statement picked as a deadlock's victim.
     async fn complete(conn: &mut AsyncMysqlConnection, ids: &[i64]) -> anyhow::Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
         let update = format!(
             "UPDATE outbox_tasks SET status = 'succeeded', finished_at = UTC_TIMESTAMP(6), \
              updated_at = UTC_TIMESTAMP(6), lease_owner = NULL, lease_expires_at = NULL \
@@ -423,8 +429,11 @@ mod mysql {
         }
     }
 
+    /// Restarts of one transaction before its deadlock is an error.
+    const MAX_RESTARTS: u32 = 10;
+
     /// Whether to run a transaction that ended in `result` again: yes,
-    /// up to ten times, when InnoDB picked it as a deadlock's victim, as
+    /// up to [`MAX_RESTARTS`] times, when InnoDB picked it as a deadlock's victim, as
     /// the server's message asks ("try restarting transaction") and as a
     /// user's loop on MySQL must be ready to.
     /// Each restart is reported, so a run that needed them says so.
@@ -432,7 +441,7 @@ mod mysql {
         let Err(error) = result else {
             return false;
         };
-        if !is_deadlock(error) || *restarts == 10 {
+        if !is_deadlock(error) || *restarts == MAX_RESTARTS {
             return false;
         }
         *restarts += 1;
@@ -440,6 +449,8 @@ mod mysql {
         true
     }
 
+    /// Whether `error` is InnoDB's deadlock (1213). diesel-async reports it
+    /// as an unknown database error, so its message is what tells.
     fn is_deadlock(error: &diesel::result::Error) -> bool {
         match error {
             diesel::result::Error::DatabaseError(_, info) => {
@@ -494,6 +505,9 @@ mod mysql {
 
     impl Raw for MysqlTestDb {
         const NAME: &'static str = "mysql";
+        const DELIVERIES: &'static str = "CREATE TABLE deliveries (task_id BIGINT NOT NULL, \
+            attempt BIGINT NOT NULL, duplicate INT NOT NULL, delivered_at DATETIME(6) NOT NULL)";
+        const NOW: &'static str = "UTC_TIMESTAMP(6)";
 
         async fn drain_connection(&self) -> anyhow::Result<AsyncMysqlConnection> {
             let mut conn = self.connect().await?;
@@ -501,9 +515,6 @@ mod mysql {
                 .await?;
             Ok(conn)
         }
-        const DELIVERIES: &'static str = "CREATE TABLE deliveries (task_id BIGINT NOT NULL, \
-            attempt BIGINT NOT NULL, duplicate INT NOT NULL, delivered_at DATETIME(6) NOT NULL)";
-        const NOW: &'static str = "UTC_TIMESTAMP(6)";
 
         async fn first_delivery_latencies(&self) -> anyhow::Result<Vec<i64>> {
             let mut conn = self.connect().await?;

@@ -55,6 +55,9 @@ where
 
 /// Marks the claimed `ids` succeeded.
 async fn complete(conn: &mut AsyncSqliteConnection, ids: &[i64]) -> anyhow::Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
     diesel::sql_query(format!(
         "UPDATE outbox_tasks SET status = 'succeeded', finished_at = {NOW_US}, \
              updated_at = {NOW_US}, lease_owner = NULL, lease_expires_at = NULL \
