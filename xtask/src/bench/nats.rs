@@ -35,14 +35,28 @@ async fn pending<B: Raw>(db: &B, count: u64) -> anyhow::Result<()> {
     db.fill_pending(count, KIND).await
 }
 
-/// Fails unless every one of the `count` tasks is marked succeeded.
-async fn all_succeeded<B: Raw>(db: &B, count: u64, publisher: &str) -> anyhow::Result<()> {
+/// The rate of a hand-written publisher that started at `started`, once its
+/// work checks out: `count` tasks published, in the stream, and marked
+/// succeeded.
+async fn checked_rate<B: Raw>(
+    db: &B,
+    stream: &TestStream,
+    started: Instant,
+    published: u64,
+    count: u64,
+    publisher: &str,
+) -> anyhow::Result<f64> {
+    let rate = count as f64 / started.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        published == count && stream.count().await? == count,
+        "the {publisher} published {published} of {count}"
+    );
     let succeeded = db.count("outbox_tasks WHERE status = 'succeeded'").await?;
     anyhow::ensure!(
         u64::try_from(succeeded)? == count,
         "the {publisher} marked {succeeded} of {count} tasks succeeded"
     );
-    Ok(())
+    Ok(rate)
 }
 
 /// Tasks/s of one relay publishing `count` pending tasks, [`IN_FLIGHT`]
@@ -185,13 +199,15 @@ async fn hand_written<B: Raw>(db: &B, count: u64) -> anyhow::Result<f64> {
         published += ids.len() as u64;
         after = last;
     }
-    let rate = count as f64 / started.elapsed().as_secs_f64();
-    anyhow::ensure!(
-        published == count && stream.count().await? == count,
-        "the hand-written publisher published {published} of {count}"
-    );
-    all_succeeded(db, count, "hand-written publisher").await?;
-    Ok(rate)
+    checked_rate(
+        db,
+        &stream,
+        started,
+        published,
+        count,
+        "hand-written publisher",
+    )
+    .await
 }
 
 /// Tasks/s of the hand-written publisher with its round trips overlapped,
@@ -233,13 +249,15 @@ async fn hand_written_overlapping<B: Raw>(db: &B, count: u64) -> anyhow::Result<
         published += done.len() as u64;
         claimed = next?;
     }
-    let rate = count as f64 / started.elapsed().as_secs_f64();
-    anyhow::ensure!(
-        published == count && stream.count().await? == count,
-        "the overlapping hand-written publisher published {published} of {count}"
-    );
-    all_succeeded(db, count, "overlapping hand-written publisher").await?;
-    Ok(rate)
+    checked_rate(
+        db,
+        &stream,
+        started,
+        published,
+        count,
+        "overlapping hand-written publisher",
+    )
+    .await
 }
 
 /// Tasks/s of the hand-written claim + complete loop over `count` pending

@@ -357,6 +357,7 @@ mod mysql {
         sql_types::{BigInt, Blob, Text},
     };
     use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
+    use diesel_outbox_core::DatabaseErrorKind;
     use diesel_outbox_testkit::{TestBackend, backlog::Backlog, mysql::MysqlTestDb};
 
     use super::{Claimed, Prepare, Raw};
@@ -402,8 +403,8 @@ mod mysql {
                     Ok(claimed)
                 })
                 .await;
-            if !restart_deadlock(&result, &mut restarts) {
-                return Ok(result?);
+            if let Some(settled) = settle(result, &mut restarts) {
+                return settled;
             }
         }
     }
@@ -423,8 +424,8 @@ mod mysql {
         let mut restarts = 0;
         loop {
             let result = conn.batch_execute(&update).await;
-            if !restart_deadlock(&result, &mut restarts) {
-                return Ok(result?);
+            if let Some(settled) = settle(result, &mut restarts) {
+                return settled;
             }
         }
     }
@@ -432,32 +433,22 @@ mod mysql {
     /// Restarts of one transaction before its deadlock is an error.
     const MAX_RESTARTS: u32 = 10;
 
-    /// Whether to run a transaction that ended in `result` again: yes,
-    /// up to [`MAX_RESTARTS`] times, when InnoDB picked it as a deadlock's victim, as
-    /// the server's message asks ("try restarting transaction") and as a
-    /// user's loop on MySQL must be ready to.
-    /// Each restart is reported, so a run that needed them says so.
-    fn restart_deadlock<T>(result: &diesel::QueryResult<T>, restarts: &mut u32) -> bool {
-        let Err(error) = result else {
-            return false;
+    /// What a transaction that ended in `result` comes to, or `None` to run
+    /// it again: up to [`MAX_RESTARTS`] times when InnoDB picked it as a
+    /// deadlock's victim, as the server's message asks ("try restarting
+    /// transaction") and as a user's loop on MySQL must be ready to. Each
+    /// restart is reported, so a run that needed them says so.
+    fn settle<T>(result: diesel::QueryResult<T>, restarts: &mut u32) -> Option<anyhow::Result<T>> {
+        let error = match result {
+            Ok(value) => return Some(Ok(value)),
+            Err(error) => diesel_outbox_sql::mysql_error(error),
         };
-        if !is_deadlock(error) || *restarts == MAX_RESTARTS {
-            return false;
+        if error.database_kind() != Some(DatabaseErrorKind::Deadlock) || *restarts == MAX_RESTARTS {
+            return Some(Err(error.into()));
         }
         *restarts += 1;
         eprintln!("bench: mysql raw loop: {error}; transaction restarted");
-        true
-    }
-
-    /// Whether `error` is InnoDB's deadlock (1213). diesel-async reports it
-    /// as an unknown database error, so its message is what tells.
-    fn is_deadlock(error: &diesel::result::Error) -> bool {
-        match error {
-            diesel::result::Error::DatabaseError(_, info) => {
-                info.message().starts_with("Deadlock found")
-            }
-            _ => false,
-        }
+        None
     }
 
     /// A claimed row's id, whatever else was read of it.
@@ -642,6 +633,37 @@ mod mysql {
 
         async fn analyze(&self) -> anyhow::Result<()> {
             self.execute_sql("ANALYZE TABLE outbox_tasks").await
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use diesel::result::{DatabaseErrorKind as Kind, Error as DieselError};
+
+        use super::{MAX_RESTARTS, settle};
+
+        fn failed(message: &str) -> diesel::QueryResult<()> {
+            Err(DieselError::DatabaseError(
+                Kind::Unknown,
+                Box::new(message.to_owned()),
+            ))
+        }
+
+        #[test]
+        fn deadlock_victims_run_again_up_to_the_bound_and_other_errors_do_not() {
+            let deadlock = "Deadlock found when trying to get lock; try restarting transaction";
+            let mut restarts = 0;
+            for _ in 0..MAX_RESTARTS {
+                assert!(settle(failed(deadlock), &mut restarts).is_none());
+            }
+            assert!(matches!(
+                settle(failed(deadlock), &mut restarts),
+                Some(Err(_))
+            ));
+            let mut restarts = 0;
+            let other = settle(failed("Table 'outbox_tasks' doesn't exist"), &mut restarts);
+            assert!(matches!(other, Some(Err(_))));
+            assert!(matches!(settle(Ok(()), &mut restarts), Some(Ok(()))));
         }
     }
 }
