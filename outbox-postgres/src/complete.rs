@@ -28,6 +28,13 @@ use crate::{keys, store_transaction::store_transaction};
 /// index instead, past every entry the claims and completions before left
 /// in it until vacuum, and joins the batch to all of it: measured on a
 /// 20,000-task drain, 75 ms per write of 100 instead of 3 ms.
+///
+/// Each array reaches `unnest` through a scalar subquery (`(SELECT $1)`),
+/// so the planner does not size the batch from the values bound, in custom
+/// plans as in generic ones: it takes the batch for a few rows and looks
+/// each one up by primary key. Sized from the values, a write of 256 on a
+/// table of 10,000 was planned as a hash join over a full scan of the
+/// table (measured: 13 ms instead of 4).
 const COMPLETE: &str = "\
 UPDATE outbox_tasks t SET
     status = c.status,
@@ -40,20 +47,22 @@ UPDATE outbox_tasks t SET
     lease_expires_at = NULL,
     finished_at = CASE WHEN c.status IN ('available', 'waiting') THEN NULL ELSE now() END,
     updated_at = now()
-FROM unnest($1::int8[], $2::text[], $3::int8[], $4::text[], $5::int8[], $6::text[],
-            $7::bool[])
+FROM unnest((SELECT $1::int8[]), (SELECT $2::text[]), (SELECT $3::int8[]),
+            (SELECT $4::text[]), (SELECT $5::int8[]), (SELECT $6::text[]),
+            (SELECT $7::bool[]))
      AS c(id, owner, attempt, status, retry_us, last_error, released)
 WHERE t.id = c.id AND t.lease_owner = c.owner AND t.attempts = c.attempt
   AND t.status || '' = 'running'
 RETURNING t.id, t.attempts";
 
 /// The common case, all succeeded for one owner: fewer arrays to send and a
-/// simpler plan (the running check written as in [`COMPLETE`]).
+/// simpler plan (the running check and the arrays written as in
+/// [`COMPLETE`]).
 const SUCCEED: &str = "\
 UPDATE outbox_tasks t SET
     status = 'succeeded', last_error = '', lease_owner = NULL, lease_expires_at = NULL,
     finished_at = now(), updated_at = now()
-FROM unnest($1::int8[], $2::int8[]) AS c(id, attempt)
+FROM unnest((SELECT $1::int8[]), (SELECT $2::int8[])) AS c(id, attempt)
 WHERE t.id = c.id AND t.attempts = c.attempt AND t.lease_owner = $3
   AND t.status || '' = 'running'
 RETURNING t.id, t.attempts";

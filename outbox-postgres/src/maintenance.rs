@@ -69,14 +69,16 @@ SET status = 'available', next_attempt_at = now(), expires_at = NULL, finished_a
 WHERE id = $1 AND status = 'failed'";
 
 /// Unfinished rows are never purged, nor a failed row that holds its key.
+/// The rows it locked are deleted through the primary key, handed over as
+/// an array as in the moves.
 const PURGE: &str = "\
-DELETE FROM outbox_tasks WHERE id IN (
+DELETE FROM outbox_tasks WHERE id = ANY(ARRAY(
     SELECT id FROM outbox_tasks
     WHERE finished_at < now() - $1 * interval '1 microsecond'
       AND NOT (status = 'failed' AND ordering_key IS NOT NULL)
     ORDER BY finished_at
     LIMIT $2
-    FOR UPDATE SKIP LOCKED)";
+    FOR UPDATE SKIP LOCKED))";
 
 const NEXT_DUE: &str = "\
 SELECT (EXTRACT(EPOCH FROM MIN(next_attempt_at) - now()) * 1000000)::bigint AS us

@@ -1,7 +1,9 @@
 //! The periodic moves: promotion of waiting tasks once due, and rescue of
 //! running tasks whose lease lapsed. Each statement reads only rows of the
 //! status it moves, through that status's index, at most `limit` of them,
-//! and skips rows other workers hold.
+//! and skips rows other workers hold; the rows it locked are then updated
+//! through the primary key, handed over as an array (`= ANY(ARRAY(...))`)
+//! so that no plan joins them to a scan of the whole table.
 
 use diesel::{
     QueryableByName,
@@ -14,12 +16,12 @@ use diesel_outbox_sql::{cached, postgres_error};
 /// [`transition::promote`] in SQL.
 const PROMOTE: &str = "\
 UPDATE outbox_tasks t SET status = 'available', updated_at = now()
-WHERE t.id IN (
+WHERE t.id = ANY(ARRAY(
     SELECT id FROM outbox_tasks
     WHERE status = 'waiting' AND next_attempt_at <= now()
     ORDER BY next_attempt_at
     LIMIT $1
-    FOR UPDATE SKIP LOCKED)
+    FOR UPDATE SKIP LOCKED))
   AND t.status = 'waiting'";
 
 /// [`transition::rescue`] in SQL: failed when the runs reached
@@ -33,12 +35,12 @@ UPDATE outbox_tasks t SET
                       THEN 'gave up after ' || (t.attempts - t.released) || ' attempts: ' || $2
                       ELSE $2 END,
     lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-WHERE t.id IN (
+WHERE t.id = ANY(ARRAY(
     SELECT id FROM outbox_tasks
     WHERE status = 'running' AND lease_expires_at <= now()
     ORDER BY lease_expires_at
     LIMIT $1
-    FOR UPDATE SKIP LOCKED)
+    FOR UPDATE SKIP LOCKED))
   AND t.status = 'running' AND t.lease_expires_at <= now()
 RETURNING t.id, t.status = 'failed' AS failed";
 

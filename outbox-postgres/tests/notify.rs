@@ -70,7 +70,7 @@ async fn asleep_since_last_check(conn: &mut AsyncPgConnection) {
         let asleep = diesel::sql_query(
             "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
                  WHERE datname = current_database() AND state = 'idle'
-                   AND query LIKE '%status = ''available'' AND t.id >%'
+                   AND query LIKE '%status = ''available'' AND _.id >%'
                    AND query_start > $1) AS asleep",
         )
         .bind::<diesel::sql_types::Timestamptz, _>(since)
