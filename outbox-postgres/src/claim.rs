@@ -121,7 +121,7 @@ pub(crate) async fn one(
 ///
 /// The ids are locked first and handed to the update as an array
 /// (`= ANY(ARRAY(...))`), so each row is reached through the primary key
-/// whatever the table's size. Joined as a row set instead, the batch's
+/// on all but the smallest tables. Joined as a row set instead, the batch's
 /// estimated size made PostgreSQL hash it against a full scan of the table
 /// whenever the table held fewer than some tens of thousands of rows: 10,000
 /// rows read for a claim of 256.

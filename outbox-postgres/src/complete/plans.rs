@@ -161,9 +161,9 @@ async fn completion_writes_go_by_primary_key_mid_drain() -> anyhow::Result<()> {
 }
 
 /// On a small table, where a full scan looks cheap to the planner, a batch
-/// of 256 still reaches its rows through the primary key: joined only to
-/// the batch's rows, the custom plan hashed them against a scan of the
-/// whole table.
+/// of 256 still reaches its rows through the primary key: sized from the
+/// values bound, the custom plans scanned the whole table (COMPLETE) or
+/// read the batch again for every running row (SUCCEED).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completion_writes_go_by_primary_key_on_a_small_table() -> anyhow::Result<()> {
     let db = mid_drain(SMALL.0).await?;
