@@ -13,43 +13,93 @@ pub const VERSION: &str = "Outbox-Version";
 /// The attempt that published this message (1 for the first).
 pub const ATTEMPT: &str = "Outbox-Attempt";
 
+// The outbox's own names, built once: a name from a static string is
+// neither checked nor copied again for every message.
+const TASK_ID_NAME: HeaderName = HeaderName::from_static(TASK_ID);
+const KIND_NAME: HeaderName = HeaderName::from_static(KIND);
+const VERSION_NAME: HeaderName = HeaderName::from_static(VERSION);
+const ATTEMPT_NAME: HeaderName = HeaderName::from_static(ATTEMPT);
+
 /// Whether `name` is reserved for the outbox or for NATS itself, so a task's
 /// own headers may not use it.
 pub(crate) fn is_reserved(name: &str) -> bool {
-    let lower = name.to_ascii_lowercase();
-    lower.starts_with("outbox-") || lower.starts_with("nats-")
+    ["outbox-", "nats-"].iter().any(|prefix| {
+        name.as_bytes()
+            .get(..prefix.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
+    })
 }
 
-fn insert(map: &mut HeaderMap, name: &str, value: &str) -> Result<(), HandlerError> {
-    let header = HeaderName::from_str(name).map_err(|e| {
-        HandlerError::permanent(anyhow::anyhow!(
-            "header name `{name}` is not valid for NATS: {e}"
-        ))
-    })?;
-    let value = HeaderValue::from_str(value).map_err(|e| {
+/// `value` as the value of header `name`, which it came with.
+fn value(name: &str, value: &str) -> Result<HeaderValue, HandlerError> {
+    HeaderValue::from_str(value).map_err(|e| {
         HandlerError::permanent(anyhow::anyhow!(
             "header `{name}` has a value NATS cannot carry: {e}"
         ))
-    })?;
-    map.insert(header, value);
-    Ok(())
+    })
 }
 
 /// The task's own headers plus kind, version, id and attempt. A task header
 /// with a reserved name, or one NATS cannot carry, is a permanent failure.
 pub(crate) fn build(delivery: &Delivery) -> Result<HeaderMap, HandlerError> {
     let mut map = HeaderMap::new();
-    for (name, value) in delivery.headers() {
+    for (name, text) in delivery.headers() {
         if is_reserved(name) {
             return Err(HandlerError::permanent(anyhow::anyhow!(
                 "task header `{name}` uses a name reserved for the outbox or NATS"
             )));
         }
-        insert(&mut map, name, value)?;
+        let header = HeaderName::from_str(name).map_err(|e| {
+            HandlerError::permanent(anyhow::anyhow!(
+                "header name `{name}` is not valid for NATS: {e}"
+            ))
+        })?;
+        map.insert(header, value(name, text)?);
     }
-    insert(&mut map, TASK_ID, &delivery.id.to_string())?;
-    insert(&mut map, KIND, &delivery.task.kind)?;
-    insert(&mut map, VERSION, &delivery.task.version.to_string())?;
-    insert(&mut map, ATTEMPT, &delivery.attempt.to_string())?;
+    map.insert(TASK_ID_NAME, HeaderValue::from(delivery.id.get()));
+    map.insert(KIND_NAME, value(KIND, &delivery.task.kind)?);
+    map.insert(VERSION_NAME, HeaderValue::from(delivery.task.version));
+    map.insert(ATTEMPT_NAME, HeaderValue::from(delivery.attempt));
     Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserved_names_are_matched_without_regard_to_case() {
+        for name in [
+            "Outbox-Kind",
+            "OUTBOX-anything",
+            "outbox-",
+            "Nats-Msg-Id",
+            "nats-x",
+        ] {
+            assert!(is_reserved(name), "{name}");
+        }
+        for name in [
+            "outbox",
+            "nats",
+            "my-outbox-id",
+            "natsy",
+            "traceparent",
+            "",
+            "é-x",
+        ] {
+            assert!(!is_reserved(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_outbox_names_are_what_a_parsed_name_would_be() {
+        for (built, text) in [
+            (TASK_ID_NAME, TASK_ID),
+            (KIND_NAME, KIND),
+            (VERSION_NAME, VERSION),
+            (ATTEMPT_NAME, ATTEMPT),
+        ] {
+            assert_eq!(built, HeaderName::from_str(text).expect("a valid name"));
+        }
+    }
 }

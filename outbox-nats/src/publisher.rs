@@ -2,7 +2,10 @@
 
 use std::{collections::HashMap, fmt, sync::Arc};
 
-use async_nats::jetstream::{self, message::PublishMessage};
+use async_nats::{
+    Subject,
+    jetstream::{self, message::PublishMessage},
+};
 use async_trait::async_trait;
 use diesel_outbox_core::{Delivery, Handler, HandlerError, HandlerKey, RegistryBuilder};
 
@@ -40,7 +43,7 @@ pub struct JetStreamPublisher {
 
 struct Inner {
     jetstream: jetstream::Context,
-    routes: HashMap<HandlerKey, String>,
+    routes: HashMap<HandlerKey, Subject>,
     message_id_prefix: String,
     expected_stream: Option<String>,
 }
@@ -68,7 +71,7 @@ impl JetStreamPublisher {
     }
 
     /// The subject each `(kind, version)` publishes to.
-    pub fn routes(&self) -> &HashMap<HandlerKey, String> {
+    pub fn routes(&self) -> &HashMap<HandlerKey, Subject> {
         &self.inner.routes
     }
 
@@ -91,12 +94,18 @@ impl JetStreamPublisher {
     /// server's `max_payload`, a stream that refuses the message, a route
     /// that does not exist, or headers NATS cannot carry.
     pub async fn publish(&self, delivery: &Delivery) -> Result<Published, HandlerError> {
+        self.send(delivery, delivery.payload().to_vec()).await
+    }
+
+    /// Publishes `delivery` with `payload`, its payload (taken out of a
+    /// delivery the publisher owns, or copied from one it borrows).
+    async fn send(&self, delivery: &Delivery, payload: Vec<u8>) -> Result<Published, HandlerError> {
         let key = delivery.key();
         let subject = self.inner.routes.get(&key).ok_or_else(|| {
             HandlerError::permanent(anyhow::anyhow!("no subject is routed for {key}"))
         })?;
         let mut message = PublishMessage::build()
-            .payload(delivery.payload().to_vec().into())
+            .payload(payload.into())
             .headers(headers::build(delivery)?)
             .message_id(self.message_id(delivery.id));
         if let Some(stream) = &self.inner.expected_stream {
@@ -136,8 +145,10 @@ impl JetStreamPublisher {
 
 #[async_trait]
 impl Handler for JetStreamPublisher {
-    async fn handle(&self, delivery: Delivery) -> Result<(), HandlerError> {
-        self.publish(&delivery).await.map(|_| ())
+    async fn handle(&self, mut delivery: Delivery) -> Result<(), HandlerError> {
+        // Owned: the payload moves into the message instead of being copied.
+        let payload = std::mem::take(&mut delivery.task.payload);
+        self.send(&delivery, payload).await.map(|_| ())
     }
 }
 
@@ -225,7 +236,7 @@ impl PublisherBuilder {
             });
             subject::check_publishable(&subject)
                 .map_err(|reason| config("routes", format!("{key}: {reason}")))?;
-            if routes.insert(key.clone(), subject).is_some() {
+            if routes.insert(key.clone(), Subject::from(subject)).is_some() {
                 return Err(config("routes", format!("{key} is routed twice")));
             }
         }

@@ -43,7 +43,11 @@ impl StreamSpec {
 
     /// A stream capturing exactly the subjects `publisher` routes to.
     pub fn for_publisher(name: impl Into<String>, publisher: &JetStreamPublisher) -> Self {
-        let mut subjects: Vec<String> = publisher.routes().values().cloned().collect();
+        let mut subjects: Vec<String> = publisher
+            .routes()
+            .values()
+            .map(ToString::to_string)
+            .collect();
         subjects.sort();
         subjects.dedup();
         Self::new(name, subjects)

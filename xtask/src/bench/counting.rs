@@ -43,6 +43,20 @@ impl Counting {
         }
     }
 
+    /// Counts a delivery of task `id` (handled, or started when timing).
+    pub(crate) fn count(&self, id: TaskId) {
+        if let Some(starts) = &self.starts {
+            starts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(id, Instant::now());
+        }
+        let count = self.count.fetch_add(1, Ordering::SeqCst) + 1;
+        if count >= self.target.load(Ordering::SeqCst) {
+            self.reached.notify_waiters();
+        }
+    }
+
     /// When each task's handler started.
     pub(crate) fn starts(&self) -> HashMap<TaskId, Instant> {
         self.starts
@@ -60,16 +74,7 @@ impl Counting {
 #[async_trait]
 impl Handler for Counting {
     async fn handle(&self, delivery: Delivery) -> Result<(), HandlerError> {
-        if let Some(starts) = &self.starts {
-            starts
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(delivery.id, Instant::now());
-        }
-        let count = self.count.fetch_add(1, Ordering::SeqCst) + 1;
-        if count >= self.target.load(Ordering::SeqCst) {
-            self.reached.notify_waiters();
-        }
+        self.count(delivery.id);
         Ok(())
     }
 }

@@ -74,9 +74,13 @@ async fn through_relay<B: Raw>(db: &B, count: u64) -> anyhow::Result<f64> {
         let counting = counting.clone();
         handler_fn(move |delivery: Delivery| {
             let (publisher, counting) = (Arc::clone(&publisher), counting.clone());
+            // Through the publisher's own `Handler`, as a user registers
+            // it (it moves the payload into the message), then counted.
             async move {
-                publisher.publish(&delivery).await?;
-                counting.handle(delivery).await
+                let id = delivery.id;
+                publisher.handle(delivery).await?;
+                counting.count(id);
+                Ok(())
             }
         })
     };
