@@ -43,7 +43,9 @@ pub struct JetStreamPublisher {
 
 struct Inner {
     jetstream: jetstream::Context,
-    routes: HashMap<HandlerKey, Subject>,
+    routes: HashMap<HandlerKey, String>,
+    /// The same subjects, as messages carry them (cloned by reference count).
+    subjects: HashMap<HandlerKey, Subject>,
     message_id_prefix: String,
     expected_stream: Option<String>,
 }
@@ -71,7 +73,7 @@ impl JetStreamPublisher {
     }
 
     /// The subject each `(kind, version)` publishes to.
-    pub fn routes(&self) -> &HashMap<HandlerKey, Subject> {
+    pub fn routes(&self) -> &HashMap<HandlerKey, String> {
         &self.inner.routes
     }
 
@@ -101,7 +103,7 @@ impl JetStreamPublisher {
     /// delivery the publisher owns, or copied from one it borrows).
     async fn send(&self, delivery: &Delivery, payload: Vec<u8>) -> Result<Published, HandlerError> {
         let key = delivery.key();
-        let subject = self.inner.routes.get(&key).ok_or_else(|| {
+        let subject = self.inner.subjects.get(&key).ok_or_else(|| {
             HandlerError::permanent(anyhow::anyhow!("no subject is routed for {key}"))
         })?;
         let mut message = PublishMessage::build()
@@ -236,13 +238,17 @@ impl PublisherBuilder {
             });
             subject::check_publishable(&subject)
                 .map_err(|reason| config("routes", format!("{key}: {reason}")))?;
-            if routes.insert(key.clone(), Subject::from(subject)).is_some() {
+            if routes.insert(key.clone(), subject).is_some() {
                 return Err(config("routes", format!("{key} is routed twice")));
             }
         }
         Ok(JetStreamPublisher {
             inner: Arc::new(Inner {
                 jetstream: self.jetstream,
+                subjects: routes
+                    .iter()
+                    .map(|(key, subject)| (key.clone(), Subject::from(subject.as_str())))
+                    .collect(),
                 routes,
                 message_id_prefix: self.message_id_prefix,
                 expected_stream: self.expected_stream,

@@ -2,7 +2,7 @@
 
 use std::{sync::Arc, time::Instant};
 
-use async_nats::{HeaderMap, jetstream::message::PublishMessage};
+use async_nats::{HeaderMap, HeaderName, HeaderValue, Subject, jetstream::message::PublishMessage};
 use diesel_outbox_core::{
     Delivery, Handler, Registry, Relay, RelayConfig, Worker, WorkerConfig, handler_fn,
 };
@@ -74,8 +74,9 @@ async fn through_relay<B: Raw>(db: &B, count: u64) -> anyhow::Result<f64> {
         let counting = counting.clone();
         handler_fn(move |delivery: Delivery| {
             let (publisher, counting) = (Arc::clone(&publisher), counting.clone());
-            // Through the publisher's own `Handler`, as a user registers
-            // it (it moves the payload into the message), then counted.
+            // Through the publisher's own `Handler`, which `register` gives
+            // the registry (it moves the payload into the message), then
+            // counted.
             async move {
                 let id = delivery.id;
                 publisher.handle(delivery).await?;
@@ -110,28 +111,38 @@ async fn through_relay<B: Raw>(db: &B, count: u64) -> anyhow::Result<f64> {
     Ok(rate)
 }
 
+/// The outbox's header names, built once from static strings, as the
+/// publisher builds them.
+const TASK_ID: HeaderName = HeaderName::from_static(diesel_outbox_nats::headers::TASK_ID);
+const KIND_NAME: HeaderName = HeaderName::from_static(diesel_outbox_nats::headers::KIND);
+const VERSION: HeaderName = HeaderName::from_static(diesel_outbox_nats::headers::VERSION);
+const ATTEMPT: HeaderName = HeaderName::from_static(diesel_outbox_nats::headers::ATTEMPT);
+
 /// The message the relay's publisher sends for the first attempt of task
 /// `id` of the bench's kind (version 1, no headers of its own).
 fn message(id: u64, payload: Vec<u8>) -> PublishMessage {
     let mut headers = HeaderMap::new();
-    headers.insert(
-        diesel_outbox_nats::headers::TASK_ID,
-        id.to_string().as_str(),
-    );
-    headers.insert(diesel_outbox_nats::headers::KIND, KIND);
-    headers.insert(diesel_outbox_nats::headers::VERSION, "1");
-    headers.insert(diesel_outbox_nats::headers::ATTEMPT, "1");
+    headers.insert(TASK_ID, HeaderValue::from(id));
+    headers.insert(KIND_NAME, HeaderValue::from(KIND));
+    headers.insert(VERSION, HeaderValue::from(1_i32));
+    headers.insert(ATTEMPT, HeaderValue::from(1_i32));
     PublishMessage::build()
         .payload(payload.into())
         .headers(headers)
         .message_id(format!("outbox:{id}"))
 }
 
+/// The subject the relay's publisher sends the bench's kind to in `stream`,
+/// built once: each message clones it by reference count.
+fn subject(stream: &TestStream) -> Subject {
+    Subject::from(format!("{}.{KIND}.v1", stream.prefix()))
+}
+
 /// Tasks/s of async-nats publishing messages with the relay's subject and
 /// headers, [`IN_FLIGHT`] acks outstanding.
 async fn raw(count: u64) -> anyhow::Result<f64> {
     let stream = TestStream::create("bench_raw").await?;
-    let subject = format!("{}.{KIND}.v1", stream.prefix());
+    let subject = subject(&stream);
     let jetstream = stream.jetstream().clone();
     let started = Instant::now();
     let mut acks = FuturesUnordered::new();
@@ -162,7 +173,7 @@ async fn raw(count: u64) -> anyhow::Result<f64> {
 /// returns their ids once every one is acknowledged.
 async fn publish_batch(
     stream: &TestStream,
-    subject: &str,
+    subject: &Subject,
     claimed: Vec<Claimed>,
 ) -> anyhow::Result<Vec<i64>> {
     let mut acks = FuturesUnordered::new();
@@ -171,7 +182,7 @@ async fn publish_batch(
         let message = message(u64::try_from(row.id)?, row.payload);
         let ack = stream
             .jetstream()
-            .send_publish(subject.to_owned(), message)
+            .send_publish(subject.clone(), message)
             .await?;
         acks.push(ack.into_future());
         ids.push(row.id);
@@ -189,7 +200,7 @@ async fn publish_batch(
 /// of half as many each measured no faster.)
 async fn hand_written<B: Raw>(db: &B, count: u64) -> anyhow::Result<f64> {
     let stream = TestStream::create("bench_hand").await?;
-    let subject = format!("{}.{KIND}.v1", stream.prefix());
+    let subject = subject(&stream);
     let mut conn = db.drain_connection().await?;
     let (mut published, mut after) = (0_u64, 0);
     let started = Instant::now();
@@ -222,7 +233,7 @@ async fn hand_written<B: Raw>(db: &B, count: u64) -> anyhow::Result<f64> {
 /// relay, it looks from the lowest id again before it stops.
 async fn hand_written_overlapping<B: Raw>(db: &B, count: u64) -> anyhow::Result<f64> {
     let stream = TestStream::create("bench_overlap").await?;
-    let subject = format!("{}.{KIND}.v1", stream.prefix());
+    let subject = subject(&stream);
     let mut claiming = db.drain_connection().await?;
     let mut completing = db.drain_connection().await?;
     let limit = i64::try_from(IN_FLIGHT)?;
