@@ -22,11 +22,13 @@ INSERT INTO outbox_inbox (consumer, message_id) VALUES ($1, $2)
 ON CONFLICT (consumer, message_id) DO NOTHING";
 
 /// The oldest records first, at most `$2`, passing over those another purge
-/// holds. The locked rows reach the `DELETE` by their address (`ctid`), a
-/// TID scan whatever the table's size: matched by key instead, a table of
-/// a few thousand rows was planned as a scan of all of them. A row the
-/// inner `FOR UPDATE` locked keeps its address until the statement ends,
-/// since nothing else can update it meanwhile.
+/// holds. The locked rows reach the `DELETE` by their address (`ctid`),
+/// which PostgreSQL reads with a TID scan on all but the smallest tables
+/// (about a thousand records, where reading them all costs less): matched
+/// by key instead, a table of a few thousand was planned as a scan of all
+/// of them. The library never updates a record; one that another program
+/// updates while the purge runs is locked at an address the statement's
+/// snapshot does not see, so it stays for a later purge.
 const PURGE: &str = "\
 DELETE FROM outbox_inbox WHERE ctid = ANY(ARRAY(
     SELECT ctid FROM outbox_inbox
