@@ -43,11 +43,7 @@ impl StreamSpec {
 
     /// A stream capturing exactly the subjects `publisher` routes to.
     pub fn for_publisher(name: impl Into<String>, publisher: &JetStreamPublisher) -> Self {
-        let mut subjects: Vec<String> = publisher
-            .routes()
-            .values()
-            .map(ToString::to_string)
-            .collect();
+        let mut subjects: Vec<String> = publisher.routes().values().cloned().collect();
         subjects.sort();
         subjects.dedup();
         Self::new(name, subjects)

@@ -1,6 +1,45 @@
 //! Reading `EXPLAIN (ANALYZE, FORMAT JSON)` output in the plan tests.
 
+use diesel::{QueryableByName, sql_types::Json};
+use diesel_async::{AsyncConnection, RunQueryDsl};
+use diesel_outbox_testkit::{TestBackend, postgres::PgTestDb};
 use serde_json::Value;
+
+/// The one row `EXPLAIN (FORMAT JSON)` returns.
+#[derive(QueryableByName)]
+pub(crate) struct Explained {
+    #[diesel(column_name = "QUERY PLAN", sql_type = Json)]
+    pub(crate) plan: Value,
+}
+
+impl Explained {
+    /// The plan's root node.
+    pub(crate) fn root(&self) -> &Value {
+        &self.plan[0]["Plan"]
+    }
+}
+
+/// Runs `prepare` (a `PREPARE plan_test ... AS` of a store's statement),
+/// then explains and executes `execute` (an `EXECUTE plan_test(...)`) under
+/// `plan_cache_mode = mode`, in a transaction never committed; returns the
+/// plan's root node.
+pub(crate) async fn explain_prepared(
+    db: &PgTestDb,
+    prepare: &str,
+    mode: &str,
+    execute: &str,
+) -> anyhow::Result<Value> {
+    let mut conn = db.connect().await?;
+    conn.begin_test_transaction().await?;
+    for sql in [prepare, &format!("SET LOCAL plan_cache_mode = {mode}")] {
+        diesel::sql_query(sql).execute(&mut conn).await?;
+    }
+    let explained: Explained =
+        diesel::sql_query(format!("EXPLAIN (ANALYZE, FORMAT JSON) {execute}"))
+            .get_result(&mut conn)
+            .await?;
+    Ok(explained.root().clone())
+}
 
 /// Every node of `node`'s tree, depth first.
 pub(crate) fn nodes(node: &Value) -> Vec<&Value> {
@@ -25,14 +64,19 @@ pub(crate) fn rows_read(node: &Value) -> f64 {
     per_loop * node["Actual Loops"].as_f64().unwrap_or(1.0)
 }
 
-/// Whether `node` scans `outbox_tasks` or one of its indexes.
-pub(crate) fn scans_tasks(node: &Value) -> bool {
+/// Whether `node` scans `table` or one of its indexes (named after it).
+pub(crate) fn scans(node: &Value, table: &str) -> bool {
     let is_scan = node["Node Type"]
         .as_str()
         .is_some_and(|kind| kind.contains("Scan"));
-    let on_tasks = node["Relation Name"] == "outbox_tasks"
+    let on_table = node["Relation Name"] == table
         || node["Index Name"]
             .as_str()
-            .is_some_and(|index| index.starts_with("outbox_tasks"));
-    is_scan && on_tasks
+            .is_some_and(|index| index.starts_with(table));
+    is_scan && on_table
+}
+
+/// Whether `node` scans `outbox_tasks` or one of its indexes.
+pub(crate) fn scans_tasks(node: &Value) -> bool {
+    scans(node, "outbox_tasks")
 }

@@ -2,17 +2,14 @@
 //! ANALYZE of the real statement beside each [`Backlog`] shape.
 
 use chrono::{DateTime, Utc};
-use diesel::{
-    QueryableByName,
-    sql_types::{BigInt, Json, Nullable, Text, Timestamptz},
-};
+use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncConnection, RunQueryDsl};
 use diesel_outbox_core::transition::EXPIRED_ERROR;
 use diesel_outbox_testkit::{TestBackend, backlog::Backlog, postgres::PgTestDb};
 use serde_json::Value;
 
 use super::CLAIM_DUE_SQL;
-use crate::explained::{nodes, rows_read, scans_tasks};
+use crate::explained::{Explained, explain_prepared, nodes, rows_read, scans_tasks};
 
 /// Backlog rows: well above the size (about 15,000 rows here) below which
 /// PostgreSQL found a full scan cheaper than 100 index lookups while the
@@ -25,12 +22,6 @@ const LIMIT: i64 = 100;
 /// Rows a scan may read beyond `LIMIT` (none are expected: a claim reads
 /// available rows only, and nothing here is locked or not due).
 const MARGIN: f64 = 10.0;
-
-#[derive(QueryableByName)]
-struct Explained {
-    #[diesel(column_name = "QUERY PLAN", sql_type = Json)]
-    plan: Value,
-}
 
 /// Fills `backlog`, then the due rows, and explains one claim of `LIMIT`
 /// (rolled back); returns the plan's root node.
@@ -68,7 +59,7 @@ async fn explain_due(db: &PgTestDb, due: u64, limit: i64) -> anyhow::Result<Valu
             .get_result(&mut conn)
             .await?;
     drop(conn); // never committed: the claim is rolled back
-    Ok(explained.plan[0]["Plan"].clone())
+    Ok(explained.root().clone())
 }
 
 /// Checks that a claim's plan took `limit` rows and read no more than that
@@ -128,23 +119,15 @@ async fn on_a_small_table() -> anyhow::Result<()> {
     .await?;
     let root = explain_due(&db, 4_000, 256).await?;
     reads_only_what_it_claims(&root, 256, "2,000 finished rows and 4,000 due rows")?;
-    let mut conn = db.connect().await?;
-    conn.begin_test_transaction().await?;
-    for sql in [
-        format!("PREPARE plan_test(int8, int8, text, int8, text, timestamptz) AS {CLAIM_DUE_SQL}"),
-        "SET LOCAL plan_cache_mode = force_generic_plan".to_owned(),
-    ] {
-        diesel::sql_query(sql).execute(&mut conn).await?;
-    }
-    let generic: Explained = diesel::sql_query(
-        "EXPLAIN (ANALYZE, FORMAT JSON) \
-         EXECUTE plan_test(0, 256, 'plan-test', 60000000, 'expired', NULL)",
+    let generic = explain_prepared(
+        &db,
+        &format!("PREPARE plan_test(int8, int8, text, int8, text, timestamptz) AS {CLAIM_DUE_SQL}"),
+        "force_generic_plan",
+        "EXECUTE plan_test(0, 256, 'plan-test', 60000000, 'expired', NULL)",
     )
-    .get_result(&mut conn)
     .await?;
-    drop(conn); // never committed
     reads_only_what_it_claims(
-        &generic.plan[0]["Plan"],
+        &generic,
         256,
         "2,000 finished rows and 4,000 due rows, generic plan",
     )?;

@@ -2,13 +2,11 @@
 //! stale statistics a queue table has during a drain: EXPLAIN ANALYZE of the
 //! real statements, under custom and generic plans.
 
-use diesel::{QueryableByName, sql_types::Json};
-use diesel_async::{AsyncConnection, RunQueryDsl};
 use diesel_outbox_testkit::{TestBackend, postgres::PgTestDb};
 use serde_json::Value;
 
 use super::{COMPLETE, SUCCEED};
-use crate::explained::{nodes, rows_read, scans_tasks};
+use crate::explained::{explain_prepared, nodes, rows_read, scans_tasks};
 
 /// Tasks claimed, then half of them finished: the finished half leaves dead
 /// entries in the index of running tasks until vacuum.
@@ -21,12 +19,6 @@ const SMALL: (i64, i64) = (4_000, 256);
 /// Rows a scan may read beyond the batch.
 const MARGIN: f64 = 10.0;
 const OWNER: &str = "plan-test";
-
-#[derive(QueryableByName)]
-struct Explained {
-    #[diesel(column_name = "QUERY PLAN", sql_type = Json)]
-    plan: Value,
-}
 
 /// A database in the middle of a drain: statistics taken while every task
 /// was available (and never again: autovacuum is off for the table), then
@@ -92,17 +84,7 @@ async fn writes_by_primary_key(
             ),
         )
     };
-    let mut conn = db.connect().await?;
-    conn.begin_test_transaction().await?;
-    for sql in [prepare, format!("SET LOCAL plan_cache_mode = {mode}")] {
-        diesel::sql_query(sql).execute(&mut conn).await?;
-    }
-    let explained: Explained =
-        diesel::sql_query(format!("EXPLAIN (ANALYZE, FORMAT JSON) {execute}"))
-            .get_result(&mut conn)
-            .await?;
-    drop(conn); // never committed
-    let root = &explained.plan[0]["Plan"];
+    let root = &explain_prepared(db, &prepare, mode, &execute).await?;
     let plan = serde_json::to_string_pretty(root)?;
     assert_eq!(
         root["Actual Rows"].as_f64(),

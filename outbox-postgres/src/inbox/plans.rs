@@ -2,13 +2,11 @@
 //! small table too: EXPLAIN ANALYZE of the real statement, under custom and
 //! generic plans.
 
-use diesel::{QueryableByName, sql_types::Json};
-use diesel_async::{AsyncConnection, RunQueryDsl};
 use diesel_outbox_testkit::{TestBackend, postgres::PgTestDb};
 use serde_json::Value;
 
 use super::PURGE;
-use crate::explained::{nodes, rows_read};
+use crate::explained::{explain_prepared, nodes, rows_read, scans};
 
 /// A table small enough for a full scan to look cheap to the planner.
 const ROWS: i64 = 4_000;
@@ -17,45 +15,23 @@ const LIMIT: i64 = 256;
 /// Rows a scan may read beyond the batch.
 const MARGIN: f64 = 10.0;
 
-#[derive(QueryableByName)]
-struct Explained {
-    #[diesel(column_name = "QUERY PLAN", sql_type = Json)]
-    plan: Value,
-}
-
 /// Explains (and rolls back) a purge of [`LIMIT`] records older than a day
 /// from [`ROWS`] records two days old, prepared as the store prepares it
 /// and executed under `mode` (`plan_cache_mode`); checks that it deleted
 /// the batch and that no scan of `outbox_inbox` read more than it.
 async fn purges_by_address(db: &PgTestDb, mode: &str) -> anyhow::Result<()> {
-    let mut conn = db.connect().await?;
-    conn.begin_test_transaction().await?;
-    for sql in [
-        format!("PREPARE plan_test(int8, int8) AS {PURGE}"),
-        format!("SET LOCAL plan_cache_mode = {mode}"),
-    ] {
-        diesel::sql_query(sql).execute(&mut conn).await?;
-    }
     let day_in_micros = 86_400_000_000_i64;
-    let explained: Explained = diesel::sql_query(format!(
-        "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE plan_test({day_in_micros}, {LIMIT})"
-    ))
-    .get_result(&mut conn)
+    let root = &explain_prepared(
+        db,
+        &format!("PREPARE plan_test(int8, int8) AS {PURGE}"),
+        mode,
+        &format!("EXECUTE plan_test({day_in_micros}, {LIMIT})"),
+    )
     .await?;
-    drop(conn); // never committed
-    let root = &explained.plan[0]["Plan"];
     let plan = serde_json::to_string_pretty(root)?;
     let scans: Vec<&Value> = nodes(root)
         .into_iter()
-        .filter(|node| {
-            node["Node Type"]
-                .as_str()
-                .is_some_and(|kind| kind.contains("Scan"))
-                && (node["Relation Name"] == "outbox_inbox"
-                    || node["Index Name"]
-                        .as_str()
-                        .is_some_and(|index| index.starts_with("outbox_inbox")))
-        })
+        .filter(|node| scans(node, "outbox_inbox"))
         .collect();
     let deleting = scans
         .iter()
