@@ -8,6 +8,7 @@ mod database_errors;
 mod migration_lock;
 mod notify;
 mod own_schema;
+mod plain_enqueue;
 mod pool_recycling;
 mod round_faults;
 mod spawned_transaction;
