@@ -41,6 +41,7 @@ pub(crate) fn run_handler(
     span.follows_from(&claim);
     drop(claim); // a relay's cycle ends once its handlers started
     let handler = registry.get(&key).cloned();
+    let metrics = registry.kind_keys(&key.kind);
     // Combinators rather than an outer `async` block, which would hold the
     // inner future twice (as captured, and as awaited).
     let call = async move {
@@ -51,7 +52,7 @@ pub(crate) fn run_handler(
             let since_insert = (chrono::Utc::now() - created_at)
                 .to_std()
                 .unwrap_or_default();
-            telemetry::commit_to_send(&key.kind, since_insert);
+            metrics.commit_to_send(since_insert);
         }
         let started = Instant::now();
         // A handler written without `async_trait` may panic before it
@@ -59,12 +60,12 @@ pub(crate) fn run_handler(
         let call = match std::panic::catch_unwind(AssertUnwindSafe(|| handler.handle(delivery))) {
             Ok(call) => AssertUnwindSafe(call).catch_unwind(),
             Err(panic) => {
-                telemetry::handler_duration(&key.kind, started.elapsed());
+                metrics.handler_duration(started.elapsed());
                 return Outcome::Retryable(format!("handler panicked: {}", panic_text(&*panic)));
             }
         };
         let result = tokio::time::timeout(timeout, call).await;
-        telemetry::handler_duration(&key.kind, started.elapsed());
+        metrics.handler_duration(started.elapsed());
         match result {
             Ok(Ok(Ok(()))) => Outcome::Succeeded,
             Ok(Ok(Err(error))) if error.is_permanent() => Outcome::Permanent(error.to_string()),

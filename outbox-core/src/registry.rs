@@ -8,7 +8,7 @@ use std::{
     sync::Arc,
 };
 
-use crate::{Error, Handler, HandlerKey, OnFailed, Record, Result};
+use crate::{Error, Handler, HandlerKey, OnFailed, Record, Result, telemetry::KindKeys};
 
 /// Maps each `(kind, version)` to its handler. Immutable once built.
 ///
@@ -31,6 +31,8 @@ use crate::{Error, Handler, HandlerKey, OnFailed, Record, Result};
 #[derive(Clone, Default)]
 pub struct Registry {
     handlers: Arc<HashMap<HandlerKey, Arc<dyn Handler>>>,
+    /// The metric keys of each registered kind, built once.
+    kinds: Arc<HashMap<String, Arc<KindKeys>>>,
     on_failed: Option<OnFailed>,
 }
 
@@ -43,6 +45,15 @@ impl Registry {
     /// The handler for `key`, if one is registered.
     pub fn get(&self, key: &HandlerKey) -> Option<&Arc<dyn Handler>> {
         self.handlers.get(key)
+    }
+
+    /// The metric keys labelled with `kind`: built with the registry for
+    /// a registered kind, built here for any other.
+    pub(crate) fn kind_keys(&self, kind: &str) -> Arc<KindKeys> {
+        match self.kinds.get(kind) {
+            Some(keys) => Arc::clone(keys),
+            None => Arc::new(KindKeys::new(kind)),
+        }
     }
 
     /// The registered keys, sorted.
@@ -137,8 +148,14 @@ impl RegistryBuilder {
         if let Some(key) = self.duplicate {
             return Err(Error::DuplicateHandler(key));
         }
+        let kinds = self
+            .handlers
+            .keys()
+            .map(|key| (key.kind.clone(), Arc::new(KindKeys::new(&key.kind))))
+            .collect();
         Ok(Registry {
             handlers: Arc::new(self.handlers),
+            kinds: Arc::new(kinds),
             on_failed: self.on_failed,
         })
     }

@@ -263,7 +263,7 @@ impl<S: Store> Worker<S> {
         let fence = self.fence(&record);
         let run = record.runs();
         let max_attempts = record.task.max_attempts;
-        let kind = record.task.kind.clone();
+        let metrics = self.inner.registry.kind_keys(&record.task.kind);
         let retry = self.inner.config.retry;
         let running = run_handler(
             &self.inner.registry,
@@ -273,7 +273,7 @@ impl<S: Store> Worker<S> {
         );
         running.map(move |outcome| {
             let completion = transition::decide(fence, run, max_attempts, outcome.clone(), &retry);
-            telemetry::outcome(&kind, &completion);
+            metrics.outcome(&completion);
             (completion, outcome)
         })
     }

@@ -1,10 +1,5 @@
 //! The metrics: names, units, descriptions and the calls that record them.
-
-use std::time::Duration;
-
 use metrics::Unit;
-
-use crate::{Status, transition::Completion};
 
 /// Every metric this crate reports: name, unit and what it means, as in the
 /// table in [`telemetry`](crate::telemetry).
@@ -96,29 +91,6 @@ pub fn enqueued(count: usize) {
 /// Counts tasks expired unsent.
 pub fn expired(count: u64) {
     metrics::counter!("outbox_expired_total").increment(count);
-}
-
-/// Records how long a handler for `kind` ran.
-pub(crate) fn handler_duration(kind: &str, duration: Duration) {
-    metrics::histogram!("outbox_handler_duration_seconds", "kind" => kind.to_owned())
-        .record(duration.as_secs_f64());
-}
-
-/// Records the delay between a task's insert and its first attempt.
-pub(crate) fn commit_to_send(kind: &str, delay: Duration) {
-    metrics::histogram!("outbox_commit_to_send_seconds", "kind" => kind.to_owned())
-        .record(delay.as_secs_f64());
-}
-
-/// Counts an attempt's outcome.
-pub(crate) fn outcome(kind: &str, completion: &Completion) {
-    let name = match (completion.status, &completion.last_error) {
-        (Status::Succeeded, _) => "outbox_sent_total",
-        (Status::Failed | Status::Discarded, _) => "outbox_failed_total",
-        (_, None) => return, // a claim given back is no outcome
-        (_, Some(_)) => "outbox_retried_total",
-    };
-    metrics::counter!(name, "kind" => kind.to_owned()).increment(1);
 }
 
 /// Publishes the counts of the last [`Stats`](crate::Stats).

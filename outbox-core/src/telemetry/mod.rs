@@ -57,15 +57,15 @@
 mod context;
 mod enqueue;
 mod instruments;
+mod kind_keys;
 mod spans;
 
 pub use enqueue::{traced_enqueue, traced_enqueue_many};
 pub use instruments::{METRICS, describe, enqueued, expired};
 
 pub(crate) use context::adopt_parent;
-pub(crate) use instruments::{
-    commit_to_send, handler_duration, moved, outcome, send_async_deferred, stats, unwritten,
-};
+pub(crate) use instruments::{moved, send_async_deferred, stats, unwritten};
+pub(crate) use kind_keys::KindKeys;
 pub(crate) use spans::{
     attempt_span, claim_due_span, claim_span, int, relay_cycle_span, round_span, write_span,
 };
