@@ -4,13 +4,18 @@ use std::{
     any::Any,
     future::Future,
     panic::AssertUnwindSafe,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use futures_util::FutureExt;
 use tracing::{Instrument, Span};
 
-use crate::{Delivery, Record, Registry, telemetry, transition::Outcome};
+use crate::{
+    Delivery, Record, Registry,
+    telemetry::{self, KindKeys},
+    transition::Outcome,
+};
 
 /// Runs the handler registered for `record` and says how the attempt went.
 ///
@@ -18,6 +23,8 @@ use crate::{Delivery, Record, Registry, telemetry, transition::Outcome};
 /// a panic is caught and recorded the same way, so the worker lives on.
 /// The attempt's span follows from `claim`, the span of the claim that took
 /// the task (disabled when there is none), which is dropped once linked.
+/// `metrics` are the keys of the task's kind
+/// ([`Registry::kind_keys`]), which the caller counts the outcome with.
 ///
 /// The delivery, its span and the handler are prepared here, before the
 /// returned future runs, so the future holds the task once and nothing of
@@ -30,6 +37,7 @@ pub(crate) fn run_handler(
     record: Record,
     timeout: Duration,
     claim: Span,
+    metrics: Arc<KindKeys>,
 ) -> impl Future<Output = Outcome> + Send + 'static {
     let created_at = record.created_at;
     let delivery = Delivery::new(record.id, record.runs(), record.task);
@@ -41,7 +49,6 @@ pub(crate) fn run_handler(
     span.follows_from(&claim);
     drop(claim); // a relay's cycle ends once its handlers started
     let handler = registry.get(&key).cloned();
-    let metrics = registry.kind_keys(&key.kind);
     // Combinators rather than an outer `async` block, which would hold the
     // inner future twice (as captured, and as awaited).
     let call = async move {

@@ -48,7 +48,8 @@ impl Registry {
     }
 
     /// The metric keys labelled with `kind`: built with the registry for
-    /// a registered kind, built here for any other.
+    /// a registered kind, built here for any other (whose tasks fail for
+    /// want of a handler).
     pub(crate) fn kind_keys(&self, kind: &str) -> Arc<KindKeys> {
         match self.kinds.get(kind) {
             Some(keys) => Arc::clone(keys),

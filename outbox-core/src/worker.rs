@@ -270,6 +270,7 @@ impl<S: Store> Worker<S> {
             record,
             self.inner.config.handler_timeout,
             claim,
+            Arc::clone(&metrics),
         );
         running.map(move |outcome| {
             let completion = transition::decide(fence, run, max_attempts, outcome.clone(), &retry);

@@ -44,6 +44,8 @@ async fn enqueue(
 struct Written {
     #[diesel(sql_type = Text)]
     kind: String,
+    #[diesel(sql_type = diesel::sql_types::Bytea)]
+    payload: Vec<u8>,
     #[diesel(sql_type = Integer)]
     version: i32,
     #[diesel(sql_type = Jsonb)]
@@ -54,10 +56,16 @@ struct Written {
     status: String,
     #[diesel(sql_type = BigInt)]
     attempts: i64,
+    #[diesel(sql_type = BigInt)]
+    released: i64,
     #[diesel(sql_type = Nullable<Integer>)]
     max_attempts: Option<i32>,
+    /// Due at its insert: `next_attempt_at` and `updated_at` equal
+    /// `created_at`.
     #[diesel(sql_type = Bool)]
-    due: bool,
+    due_at_insert: bool,
+    #[diesel(sql_type = Bool)]
+    finished: bool,
     #[diesel(sql_type = Bool)]
     expires: bool,
     #[diesel(sql_type = Bool)]
@@ -68,8 +76,10 @@ struct Written {
 
 async fn written(conn: &mut AsyncPgConnection, id: TaskId) -> anyhow::Result<Written> {
     Ok(diesel::sql_query(
-        "SELECT kind, version, headers, ordering_key, status, attempts, max_attempts, \
-                next_attempt_at <= now() AS due, expires_at IS NOT NULL AS expires, \
+        "SELECT kind, payload, version, headers, ordering_key, status, attempts, released, \
+                max_attempts, \
+                next_attempt_at = created_at AND updated_at = created_at AS due_at_insert, \
+                finished_at IS NOT NULL AS finished, expires_at IS NOT NULL AS expires, \
                 lease_owner IS NOT NULL OR lease_expires_at IS NOT NULL AS leased, last_error \
          FROM outbox_tasks WHERE id = $1",
     )
@@ -117,7 +127,7 @@ async fn a_task_without_options_binds_four_values_and_writes_the_same_row() {
         written(&mut conn, general).await.expect("general row")
     );
     assert_eq!(plain_row.status, "available");
-    assert!(plain_row.due);
+    assert!(plain_row.due_at_insert);
 
     // A second plain task reuses the statement: prepared once per connection.
     enqueue(store, &mut conn, task())
@@ -127,4 +137,30 @@ async fn a_task_without_options_binds_four_values_and_writes_the_same_row() {
         prepared_inserts(&mut conn).await.expect("prepared").len(),
         2
     );
+}
+
+#[tokio::test]
+async fn any_option_takes_the_general_insert() {
+    let db = PgTestDb::create("plain_enqueue_options")
+        .await
+        .expect("test database");
+    let soon = chrono::Utc::now() + chrono::Duration::hours(1);
+    let task = || Task::new("order.created", 1, "{}");
+    let options = [
+        ("ordering_key", task().ordering_key("customer-7")),
+        ("dedup_key", task().dedup_key("order-7")),
+        ("max_attempts", task().max_attempts(3)),
+        ("not_before", task().not_before(soon)),
+        ("expires_at", task().expires_at(soon)),
+    ];
+    for (option, task) in options {
+        // A fresh connection: what it has prepared is this enqueue's alone.
+        let mut conn = db.connect().await.expect("connect");
+        enqueue(db.store(), &mut conn, task).await.expect(option);
+        let inserts = prepared_inserts(&mut conn)
+            .await
+            .expect("prepared statements");
+        assert_eq!(inserts.len(), 1, "{option}: {inserts:?}");
+        assert!(inserts[0].contains("ON CONFLICT"), "{option}: {inserts:?}");
+    }
 }

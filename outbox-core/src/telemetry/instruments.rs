@@ -1,5 +1,5 @@
 //! The metrics: names, units, descriptions and the calls that record them.
-use metrics::Unit;
+use metrics::{Level, Metadata, Unit};
 
 /// Every metric this crate reports: name, unit and what it means, as in the
 /// table in [`telemetry`](crate::telemetry).
@@ -82,6 +82,12 @@ pub fn describe() {
         }
     }
 }
+
+/// The metadata the `metrics` macros of this module pass with every call;
+/// [`KindKeys`](super::KindKeys) passes the same, so every metric reports
+/// one target.
+pub(super) static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
 
 /// Counts tasks enqueued.
 pub fn enqueued(count: usize) {

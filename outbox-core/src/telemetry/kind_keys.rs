@@ -10,13 +10,10 @@
 
 use std::time::Duration;
 
-use metrics::{Key, Label, Level, Metadata};
+use metrics::{Key, Label};
 
+use super::instruments::METADATA;
 use crate::{Status, transition::Completion};
-
-/// What the `metrics` macros would pass for a call in this module.
-static METADATA: Metadata<'static> =
-    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
 
 /// The keys of the metrics labelled with one kind.
 #[derive(Debug)]
@@ -77,18 +74,27 @@ mod tests {
 
     use super::KindKeys;
     use crate::{
-        Status, TaskId,
+        Delivery, Registry, Status, TaskId, handler_fn,
+        telemetry::enqueued,
         transition::{Completion, Fence},
     };
 
-    /// Every value recorded, as `name{labels} value`.
+    /// Every value recorded, as `name{labels} value`, and the target each
+    /// metric was registered with.
     #[derive(Clone, Default)]
-    struct Seen(Arc<Mutex<Vec<String>>>);
+    struct Seen {
+        values: Arc<Mutex<Vec<String>>>,
+        targets: Arc<Mutex<Vec<String>>>,
+    }
 
     struct Value(Seen, String);
 
     impl Seen {
-        fn value(&self, key: &Key) -> Arc<Value> {
+        fn value(&self, key: &Key, metadata: &Metadata<'_>) -> Arc<Value> {
+            self.targets
+                .lock()
+                .unwrap()
+                .push(metadata.target().to_owned());
             let labels: Vec<String> = key
                 .labels()
                 .map(|l| format!("{}={}", l.key(), l.value()))
@@ -99,21 +105,33 @@ mod tests {
             ))
         }
 
-        fn taken(&self) -> Vec<String> {
-            std::mem::take(&mut *self.0.lock().unwrap())
+        fn values(&self) -> Vec<String> {
+            std::mem::take(&mut *self.values.lock().unwrap())
+        }
+
+        fn targets(&self) -> Vec<String> {
+            std::mem::take(&mut *self.targets.lock().unwrap())
         }
     }
 
     impl CounterFn for Value {
         fn increment(&self, value: u64) {
-            self.0.0.lock().unwrap().push(format!("{} {value}", self.1));
+            self.0
+                .values
+                .lock()
+                .unwrap()
+                .push(format!("{} {value}", self.1));
         }
         fn absolute(&self, _: u64) {}
     }
 
     impl HistogramFn for Value {
         fn record(&self, value: f64) {
-            self.0.0.lock().unwrap().push(format!("{} {value}", self.1));
+            self.0
+                .values
+                .lock()
+                .unwrap()
+                .push(format!("{} {value}", self.1));
         }
     }
 
@@ -121,14 +139,14 @@ mod tests {
         fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
         fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
         fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-            Counter::from_arc(self.value(key))
+        fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
+            Counter::from_arc(self.value(key, metadata))
         }
         fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
             Gauge::noop()
         }
-        fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-            Histogram::from_arc(self.value(key))
+        fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
+            Histogram::from_arc(self.value(key, metadata))
         }
     }
 
@@ -148,7 +166,8 @@ mod tests {
     }
 
     /// Keys built before any recorder exists reach the recorder installed
-    /// when the value is recorded, labelled with their kind.
+    /// when the value is recorded, labelled with their kind and registered
+    /// with the target every other metric has.
     #[test]
     fn prebuilt_keys_reach_a_recorder_installed_later() {
         let keys = KindKeys::new("order.created");
@@ -162,16 +181,53 @@ mod tests {
             keys.outcome(&completion(Status::Failed, Some("boom")));
             // A claim given back is no outcome.
             keys.outcome(&completion(Status::Available, None));
+            // A metric recorded through the `metrics` macros.
+            enqueued(1);
         });
         assert_eq!(
-            later.taken(),
+            later.values(),
             [
                 "outbox_handler_duration_seconds{kind=order.created} 0.5",
                 "outbox_commit_to_send_seconds{kind=order.created} 2",
                 "outbox_sent_total{kind=order.created} 1",
                 "outbox_retried_total{kind=order.created} 1",
                 "outbox_failed_total{kind=order.created} 1",
+                "outbox_enqueued_total{} 1",
             ]
+        );
+        let targets = later.targets();
+        assert_eq!(targets.len(), 6);
+        assert!(targets.iter().all(|t| *t == targets[5]), "{targets:?}");
+    }
+
+    /// A registered kind's keys are built once, whatever the version; an
+    /// unregistered kind's are built for it on each call.
+    #[test]
+    fn the_registry_builds_each_registered_kinds_keys_once() {
+        let registry = Registry::builder()
+            .handler(
+                "order.created",
+                1,
+                handler_fn(|_: Delivery| async { Ok(()) }),
+            )
+            .handler(
+                "order.created",
+                2,
+                handler_fn(|_: Delivery| async { Ok(()) }),
+            )
+            .build()
+            .unwrap();
+        let keys = registry.kind_keys("order.created");
+        assert!(Arc::ptr_eq(&keys, &registry.kind_keys("order.created")));
+        let other = registry.kind_keys("order.cancelled");
+        assert!(!Arc::ptr_eq(&other, &registry.kind_keys("order.cancelled")));
+        let seen = Seen::default();
+        metrics::with_local_recorder(&seen, || {
+            other.outcome(&completion(Status::Failed, Some("no handler")));
+        });
+        assert_eq!(
+            seen.values(),
+            ["outbox_failed_total{kind=order.cancelled} 1"]
         );
     }
 }
