@@ -82,7 +82,8 @@ RETURNING id";
 
 /// Whether `task` goes in with [`INSERT_PLAIN`].
 fn plain(task: &Task) -> bool {
-    !optional_fields(task)[1..].contains(&true)
+    let [_headers, options @ ..] = optional_fields(task);
+    !options.contains(&true)
 }
 
 #[derive(QueryableByName)]

@@ -64,8 +64,17 @@ pub(crate) fn rows_read(node: &Value) -> f64 {
     per_loop * node["Actual Loops"].as_f64().unwrap_or(1.0)
 }
 
+/// The nodes of `root`'s tree that scan `table` or one of its indexes
+/// (named after it), depth first.
+pub(crate) fn scans_of<'a>(root: &'a Value, table: &str) -> Vec<&'a Value> {
+    nodes(root)
+        .into_iter()
+        .filter(|node| scans(node, table))
+        .collect()
+}
+
 /// Whether `node` scans `table` or one of its indexes (named after it).
-pub(crate) fn scans(node: &Value, table: &str) -> bool {
+fn scans(node: &Value, table: &str) -> bool {
     let is_scan = node["Node Type"]
         .as_str()
         .is_some_and(|kind| kind.contains("Scan"));
@@ -74,9 +83,4 @@ pub(crate) fn scans(node: &Value, table: &str) -> bool {
             .as_str()
             .is_some_and(|index| index.starts_with(table));
     is_scan && on_table
-}
-
-/// Whether `node` scans `outbox_tasks` or one of its indexes.
-pub(crate) fn scans_tasks(node: &Value) -> bool {
-    scans(node, "outbox_tasks")
 }

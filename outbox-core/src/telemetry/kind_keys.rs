@@ -114,24 +114,26 @@ mod tests {
         }
     }
 
-    impl CounterFn for Value {
-        fn increment(&self, value: u64) {
+    impl Value {
+        fn push(&self, value: impl std::fmt::Display) {
             self.0
                 .values
                 .lock()
                 .unwrap()
                 .push(format!("{} {value}", self.1));
         }
+    }
+
+    impl CounterFn for Value {
+        fn increment(&self, value: u64) {
+            self.push(value);
+        }
         fn absolute(&self, _: u64) {}
     }
 
     impl HistogramFn for Value {
         fn record(&self, value: f64) {
-            self.0
-                .values
-                .lock()
-                .unwrap()
-                .push(format!("{} {value}", self.1));
+            self.push(value);
         }
     }
 

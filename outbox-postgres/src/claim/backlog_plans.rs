@@ -9,7 +9,7 @@ use diesel_outbox_testkit::{TestBackend, backlog::Backlog, postgres::PgTestDb};
 use serde_json::Value;
 
 use super::CLAIM_DUE_SQL;
-use crate::explained::{Explained, explain_prepared, nodes, rows_read, scans_tasks};
+use crate::explained::{Explained, explain_prepared, rows_read, scans_of};
 
 /// Backlog rows: well above the size (about 15,000 rows here) below which
 /// PostgreSQL found a full scan cheaper than 100 index lookups while the
@@ -73,7 +73,7 @@ fn reads_only_what_it_claims(root: &Value, limit: i64, shape: &str) -> anyhow::R
         Some(limit as f64),
         "beside {shape}, the claim took other than {limit} rows:\n{plan}"
     );
-    let scans: Vec<&Value> = nodes(root).into_iter().filter(|n| scans_tasks(n)).collect();
+    let scans = scans_of(root, "outbox_tasks");
     for scan in scans
         .iter()
         .filter(|scan| scan["Node Type"] != "Bitmap Index Scan")

@@ -3,10 +3,9 @@
 //! real statements, under custom and generic plans.
 
 use diesel_outbox_testkit::{TestBackend, postgres::PgTestDb};
-use serde_json::Value;
 
 use super::{COMPLETE, SUCCEED};
-use crate::explained::{explain_prepared, nodes, rows_read, scans_tasks};
+use crate::explained::{explain_prepared, nodes, rows_read, scans_of};
 
 /// Tasks claimed, then half of them finished: the finished half leaves dead
 /// entries in the index of running tasks until vacuum.
@@ -91,10 +90,7 @@ async fn writes_by_primary_key(
         Some(batch as f64),
         "{name} ({mode}) applied to other than {batch} rows:\n{plan}"
     );
-    let scans: Vec<&Value> = nodes(root)
-        .into_iter()
-        .filter(|node| scans_tasks(node))
-        .collect();
+    let scans = scans_of(root, "outbox_tasks");
     anyhow::ensure!(!scans.is_empty(), "{name} ({mode}) scans nothing:\n{plan}");
     // The batch is read once: a plan that reads it again for every row it
     // updates costs the square of the batch.

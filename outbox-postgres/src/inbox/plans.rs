@@ -3,10 +3,9 @@
 //! generic plans.
 
 use diesel_outbox_testkit::{TestBackend, postgres::PgTestDb};
-use serde_json::Value;
 
 use super::PURGE;
-use crate::explained::{explain_prepared, nodes, rows_read, scans};
+use crate::explained::{explain_prepared, rows_read, scans_of};
 
 /// A table small enough for a full scan to look cheap to the planner.
 const ROWS: i64 = 4_000;
@@ -29,10 +28,7 @@ async fn purges_by_address(db: &PgTestDb, mode: &str) -> anyhow::Result<()> {
     )
     .await?;
     let plan = serde_json::to_string_pretty(root)?;
-    let scans: Vec<&Value> = nodes(root)
-        .into_iter()
-        .filter(|node| scans(node, "outbox_inbox"))
-        .collect();
+    let scans = scans_of(root, "outbox_inbox");
     let deleting = scans
         .iter()
         .find(|node| node["Node Type"] == "Tid Scan")
