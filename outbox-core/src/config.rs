@@ -66,14 +66,6 @@ impl Default for WorkerConfig {
 
 impl WorkerConfig {
     /// Sets the longest time one handler call may take.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use diesel_outbox_core::WorkerConfig;
-    ///
-    /// let config = WorkerConfig::default().handler_timeout(Duration::from_secs(10));
-    /// assert_eq!(config.handler_timeout, Duration::from_secs(10));
-    /// ```
     #[must_use]
     pub fn handler_timeout(mut self, handler_timeout: Duration) -> Self {
         self.handler_timeout = handler_timeout;
@@ -81,14 +73,6 @@ impl WorkerConfig {
     }
 
     /// Sets how long a claim lasts on the database clock.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use diesel_outbox_core::WorkerConfig;
-    ///
-    /// let config = WorkerConfig::default().lease_duration(Duration::from_secs(60));
-    /// assert_eq!(config.lease_duration, Duration::from_secs(60));
-    /// ```
     #[must_use]
     pub fn lease_duration(mut self, lease_duration: Duration) -> Self {
         self.lease_duration = lease_duration;
@@ -96,13 +80,6 @@ impl WorkerConfig {
     }
 
     /// Sets how many handlers run at once within a round or a relay.
-    ///
-    /// ```
-    /// use diesel_outbox_core::WorkerConfig;
-    ///
-    /// let config = WorkerConfig::default().concurrency(8);
-    /// assert_eq!(config.concurrency, 8);
-    /// ```
     #[must_use]
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency;
@@ -110,16 +87,6 @@ impl WorkerConfig {
     }
 
     /// Sets the backoff between attempts.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use diesel_outbox_core::{RetryPolicy, WorkerConfig};
-    ///
-    /// let policy = RetryPolicy::new(Duration::from_millis(100), Duration::from_secs(5), 0.0)?;
-    /// let config = WorkerConfig::default().retry(policy);
-    /// assert_eq!(config.retry.cap(), Duration::from_secs(5));
-    /// # Ok::<(), diesel_outbox_core::Error>(())
-    /// ```
     #[must_use]
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
@@ -127,13 +94,6 @@ impl WorkerConfig {
     }
 
     /// Sets the name written into `lease_owner`; keep it unique per process.
-    ///
-    /// ```
-    /// use diesel_outbox_core::WorkerConfig;
-    ///
-    /// let config = WorkerConfig::default().owner("billing-1");
-    /// assert_eq!(config.owner, "billing-1");
-    /// ```
     #[must_use]
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
         self.owner = owner.into();

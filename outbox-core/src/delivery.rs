@@ -2,12 +2,14 @@
 
 use serde::de::DeserializeOwned;
 
-use crate::{Error, HandlerError, HandlerKey, Headers, Task, TaskId};
+use crate::{Error, HandlerError, HandlerKey, Headers, OutboxId, Task, TaskId};
 
 /// One attempt to deliver a task, as handed to a [`Handler`](crate::Handler).
 ///
 /// Delivery is at least once: after a crash or a lost completion write the same
-/// task may arrive again with a higher `attempt`. Consumers deduplicate by `id`.
+/// task may arrive again with a higher `attempt`. Consumers deduplicate by
+/// [`message_id`](Delivery::message_id), which names the task in its outbox
+/// and so stays unique when several services publish to one place.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Delivery {
@@ -17,12 +19,43 @@ pub struct Delivery {
     pub attempt: i64,
     /// The task as enqueued.
     pub task: Task,
+    /// The outbox the task is stored in.
+    pub outbox: OutboxId,
 }
 
 impl Delivery {
-    /// A delivery of `task` (stored as `id`) for attempt `attempt`.
+    /// A delivery of `task` (stored as `id`) for attempt `attempt`, in no
+    /// outbox in particular ([`OutboxId::UNNAMED`]): for tests of a
+    /// handler. The worker's deliveries name their outbox.
     pub fn new(id: TaskId, attempt: i64, task: Task) -> Self {
-        Self { id, attempt, task }
+        Self {
+            id,
+            attempt,
+            task,
+            outbox: OutboxId::new(OutboxId::UNNAMED),
+        }
+    }
+
+    /// The same delivery, of a task stored in `outbox`.
+    pub fn in_outbox(mut self, outbox: OutboxId) -> Self {
+        self.outbox = outbox;
+        self
+    }
+
+    /// The task's message id, `<outbox id>:<task id>`: stable across
+    /// attempts and replays, and unique across outboxes, so a broker's
+    /// duplicate detection (JetStream's `Nats-Msg-Id`, say) or a consumer's
+    /// inbox can key on it. At most 52 bytes.
+    ///
+    /// ```
+    /// use diesel_outbox_core::{Delivery, OutboxId, Task, TaskId};
+    ///
+    /// let delivery = Delivery::new(TaskId::new(42), 1, Task::new("order.created", 1, "{}"))
+    ///     .in_outbox(OutboxId::new("4f0c9a1e6b2d4c7f8e9a0b1c2d3e4f50"));
+    /// assert_eq!(delivery.message_id(), "4f0c9a1e6b2d4c7f8e9a0b1c2d3e4f50:42");
+    /// ```
+    pub fn message_id(&self) -> String {
+        format!("{}:{}", self.outbox, self.id)
     }
 
     /// The kind and version that selected the handler.

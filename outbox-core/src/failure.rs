@@ -17,7 +17,7 @@ type HookFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// It runs in a tokio task of its own, after the write that failed the task
 /// committed, and never for a write that rolled back or was fenced out. A
 /// panic in it is caught and logged; delivery goes on either way, and the
-/// call is not repeated. docs/semantics.md lists every way a task fails and
+/// call is not repeated. [semantics.md](https://github.com/outbox-rs/outbox/blob/main/docs/semantics.md) lists every way a task fails and
 /// the few where the hook cannot be called.
 #[derive(Clone)]
 pub struct OnFailed(Arc<dyn Fn(Record) -> HookFuture + Send + Sync>);

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::{Error, Record, Result, Status, TaskId};
+use crate::{Error, Listed, Record, Result, Status, TaskId, UnreadableRow};
 
 /// Which tasks an operator means. Every criterion set must hold (they are
 /// combined with AND); an empty filter matches every task.
@@ -136,24 +136,71 @@ impl PageRequest {
 }
 
 /// Tasks of one [`PageRequest`], in its order.
+///
+/// A row that cannot be read as a task (written by another program, say)
+/// does not hide the others: it is in [`unreadable`](Page::unreadable),
+/// and [`rows`](Page::rows) shows every row in the page's order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Page {
     /// The tasks, ordered by id as requested.
     pub records: Vec<Record>,
+    /// The rows of the page that cannot be read as tasks, in the same order.
+    pub unreadable: Vec<UnreadableRow>,
     /// The cursor of the next page when this one was full, `None` when it
     /// was the last: pass it to [`PageRequest::after`].
     pub next: Option<TaskId>,
+    order: Order,
 }
 
 impl Page {
-    /// A page of `records` read for `request`; for backends.
-    pub fn new(records: Vec<Record>, request: &PageRequest) -> Self {
-        let full = records.len() >= usize::try_from(request.limit).unwrap_or(usize::MAX);
+    /// A page of `rows`, decoded or not, read for `request` in its order;
+    /// for backends.
+    pub fn new(
+        rows: Vec<std::result::Result<Record, UnreadableRow>>,
+        request: &PageRequest,
+    ) -> Self {
+        let full = rows.len() >= usize::try_from(request.limit).unwrap_or(usize::MAX);
         let next = full
-            .then(|| records.last().map(|record| record.id))
+            .then(|| {
+                rows.last()
+                    .map(|row| row.as_ref().map_or_else(|row| row.id, |r| r.id))
+            })
             .flatten();
-        Self { records, next }
+        let (mut records, mut unreadable) = (Vec::new(), Vec::new());
+        for row in rows {
+            match row {
+                Ok(record) => records.push(record),
+                Err(row) => unreadable.push(row),
+            }
+        }
+        Self {
+            records,
+            unreadable,
+            next,
+            order: request.order,
+        }
+    }
+
+    /// Every row of the page, readable or not, in the page's order.
+    pub fn rows(&self) -> Vec<Listed> {
+        let mut rows: Vec<Listed> = self
+            .records
+            .iter()
+            .cloned()
+            .map(|record| Listed::Task(Box::new(record)))
+            .chain(self.unreadable.iter().cloned().map(Listed::Unreadable))
+            .collect();
+        match self.order {
+            Order::NewestFirst => rows.sort_by_key(|row| std::cmp::Reverse(row.id())),
+            Order::OldestFirst => rows.sort_by_key(Listed::id),
+        }
+        rows
+    }
+
+    /// Whether the page holds no row at all.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty() && self.unreadable.is_empty()
     }
 }
 

@@ -5,7 +5,9 @@ use std::{future::Future, pin::Pin, time::Duration};
 
 use futures_util::Stream;
 
-use crate::{Error, Page, PageRequest, Result, Status, Store, TaskFilter, TaskId, transition};
+use crate::{
+    Error, Listed, Page, PageRequest, Result, Status, Store, TaskFilter, TaskId, transition,
+};
 
 /// Counts per status and how far behind the outbox is.
 ///
@@ -142,9 +144,17 @@ pub trait Maintenance: Store {
         }
     }
 
+    /// Task `id` as an operator sees it: the task, or, when its row cannot
+    /// be read as one (written by another program, say), what can be told
+    /// of it, so it can still be shown and discarded. [`Error::NotFound`]
+    /// when there is no such row.
+    fn inspect(&self, id: TaskId) -> impl Future<Output = Result<Listed>> + Send;
+
     /// One page of the tasks `filter` matches, with their payloads, ordered
     /// by id as `page` asks (newest first unless told otherwise); see
-    /// [`PageRequest`] for how pages follow each other.
+    /// [`PageRequest`] for how pages follow each other. A row that cannot
+    /// be read as a task is shown as such ([`Page::unreadable`]), beside
+    /// the others.
     fn list(
         &self,
         filter: &TaskFilter,

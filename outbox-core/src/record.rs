@@ -98,6 +98,102 @@ pub struct StoredRow {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
+impl StoredRow {
+    /// The task this row holds, or, when it cannot be read as one, what a
+    /// listing shows of it instead ([`UnreadableRow`]).
+    pub fn decode(self) -> std::result::Result<Record, UnreadableRow> {
+        let (id, status) = (TaskId::new(self.id), self.status.clone());
+        Record::try_from(self).map_err(|error| UnreadableRow::new(id, status, &error))
+    }
+}
+
+/// A row of the tasks table that cannot be read as a task: written by
+/// another program or by hand (headers that are not a string map, an
+/// unknown status, a key that is not UTF-8, a time out of range). Listings
+/// and [`Maintenance::inspect`](crate::Maintenance::inspect) show it as
+/// such, beside the tasks they can read; an operator can still discard it
+/// by id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UnreadableRow {
+    /// The row's id.
+    pub id: TaskId,
+    /// Its `status` column as stored, which may be no known status.
+    pub status: String,
+    /// The column that cannot be read.
+    pub field: &'static str,
+    /// Why it cannot be read.
+    pub reason: String,
+}
+
+impl UnreadableRow {
+    /// Row `id`, stored with `status`, that decoding refused with `error`
+    /// (an [`Error::Corrupt`] names the column; any other error is about
+    /// the `row`).
+    pub fn new(id: TaskId, status: impl Into<String>, error: &Error) -> Self {
+        let (field, reason) = match error {
+            Error::Corrupt { field, reason, .. } => (*field, reason.clone()),
+            other => ("row", other.chain()),
+        };
+        Self {
+            id,
+            status: status.into(),
+            field,
+            reason,
+        }
+    }
+}
+
+impl From<UnreadableRow> for Error {
+    /// The row as [`Error::Corrupt`], naming its column: what
+    /// [`Store::get`](crate::Store::get) answers for it.
+    fn from(row: UnreadableRow) -> Self {
+        Error::Corrupt {
+            id: row.id,
+            field: row.field,
+            reason: row.reason,
+        }
+    }
+}
+
+impl std::fmt::Display for UnreadableRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "task {} ({}) cannot be read: {}: {}",
+            self.id, self.status, self.field, self.reason
+        )
+    }
+}
+
+/// One row of a listing: a task, or a row that cannot be read as one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listed {
+    /// A task.
+    Task(Box<Record>),
+    /// A row that cannot be read as a task.
+    Unreadable(UnreadableRow),
+}
+
+impl Listed {
+    /// The row's id.
+    pub fn id(&self) -> TaskId {
+        match self {
+            Self::Task(record) => record.id,
+            Self::Unreadable(row) => row.id,
+        }
+    }
+}
+
+impl From<std::result::Result<Record, UnreadableRow>> for Listed {
+    fn from(row: std::result::Result<Record, UnreadableRow>) -> Self {
+        match row {
+            Ok(record) => Self::Task(Box::new(record)),
+            Err(row) => Self::Unreadable(row),
+        }
+    }
+}
+
 impl TryFrom<StoredRow> for Record {
     type Error = Error;
 

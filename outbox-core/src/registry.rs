@@ -8,9 +8,15 @@ use std::{
     sync::Arc,
 };
 
-use crate::{Error, Handler, HandlerKey, OnFailed, Record, Result, telemetry::KindKeys};
+use crate::{
+    BatchHandler, Error, Handler, HandlerKey, Handling, OnFailed, Record, Result,
+    telemetry::KindKeys,
+};
 
-/// Maps each `(kind, version)` to its handler. Immutable once built.
+/// Maps each `(kind, version)` to its handler, one delivery per call
+/// ([`handler`](RegistryBuilder::handler)) or many
+/// ([`batch_handler`](RegistryBuilder::batch_handler)). Immutable once
+/// built.
 ///
 /// ```
 /// use diesel_outbox_core::{handler_fn, Delivery, Registry};
@@ -30,9 +36,11 @@ use crate::{Error, Handler, HandlerKey, OnFailed, Record, Result, telemetry::Kin
 /// ```
 #[derive(Clone, Default)]
 pub struct Registry {
-    handlers: Arc<HashMap<HandlerKey, Arc<dyn Handler>>>,
+    handlers: Arc<HashMap<HandlerKey, Handling>>,
     /// The metric keys of each registered kind, built once.
     kinds: Arc<HashMap<String, Arc<KindKeys>>>,
+    /// Whether any handler takes batches.
+    batched: bool,
     on_failed: Option<OnFailed>,
 }
 
@@ -42,8 +50,9 @@ impl Registry {
         RegistryBuilder::default()
     }
 
-    /// The handler for `key`, if one is registered.
-    pub fn get(&self, key: &HandlerKey) -> Option<&Arc<dyn Handler>> {
+    /// The handler for `key`, if one is registered, and how it takes its
+    /// deliveries.
+    pub fn get(&self, key: &HandlerKey) -> Option<&Handling> {
         self.handlers.get(key)
     }
 
@@ -55,6 +64,11 @@ impl Registry {
             Some(keys) => Arc::clone(keys),
             None => Arc::new(KindKeys::new(kind)),
         }
+    }
+
+    /// Whether any kind is registered with a batch handler.
+    pub(crate) fn has_batch_handlers(&self) -> bool {
+        self.batched
     }
 
     /// The registered keys, sorted.
@@ -93,20 +107,36 @@ impl fmt::Debug for Registry {
 /// rejects a key registered twice.
 #[derive(Default)]
 pub struct RegistryBuilder {
-    handlers: HashMap<HandlerKey, Arc<dyn Handler>>,
+    handlers: HashMap<HandlerKey, Handling>,
     duplicate: Option<HandlerKey>,
     on_failed: Option<OnFailed>,
 }
 
 impl RegistryBuilder {
-    /// Registers `handler` for `kind` at `version`.
-    pub fn handler(mut self, kind: impl Into<String>, version: i32, handler: impl Handler) -> Self {
+    /// Registers `handler` for `kind` at `version`: one delivery per call.
+    pub fn handler(self, kind: impl Into<String>, version: i32, handler: impl Handler) -> Self {
+        self.register(kind, version, Handling::One(Arc::new(handler)))
+    }
+
+    /// Registers `handler` for `kind` at `version`: the deliveries of one
+    /// claim together, in one call (see [`BatchHandler`]). A kind has one
+    /// handler, of either sort.
+    pub fn batch_handler(
+        self,
+        kind: impl Into<String>,
+        version: i32,
+        handler: impl BatchHandler,
+    ) -> Self {
+        self.register(kind, version, Handling::Batch(Arc::new(handler)))
+    }
+
+    fn register(mut self, kind: impl Into<String>, version: i32, handling: Handling) -> Self {
         match self.handlers.entry(HandlerKey::new(kind, version)) {
             Entry::Occupied(entry) => {
                 self.duplicate.get_or_insert_with(|| entry.key().clone());
             }
             Entry::Vacant(entry) => {
-                entry.insert(Arc::new(handler));
+                entry.insert(handling);
             }
         }
         self
@@ -154,7 +184,9 @@ impl RegistryBuilder {
             .keys()
             .map(|key| (key.kind.clone(), Arc::new(KindKeys::new(&key.kind))))
             .collect();
+        let batched = self.handlers.values().any(Handling::is_batch);
         Ok(Registry {
+            batched,
             handlers: Arc::new(self.handlers),
             kinds: Arc::new(kinds),
             on_failed: self.on_failed,

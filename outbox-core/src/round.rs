@@ -1,8 +1,8 @@
 //! One compensation round: [`Worker::retry_pending`] and its [`RoundReport`].
 
-use std::{future::Future, time::Instant};
+use std::time::Instant;
 
-use futures_util::{FutureExt, StreamExt, future::Either, stream};
+use futures_util::{StreamExt, stream};
 use tracing::{Instrument, Span};
 
 use crate::{
@@ -132,9 +132,10 @@ impl<S: Store> Worker<S> {
             let exhausted = records.len() < batch_size;
             report.expired += self.set_aside_expired(&mut records);
             report.claimed += records.len() as u64;
-            let completions: Vec<Completion> = stream::iter(records)
-                .map(|record| self.attempt_within_lease(record, claimed_at, claim.clone()))
+            let completions: Vec<Completion> = stream::iter(self.units(records))
+                .map(|unit| self.attempt_unit_within_lease(unit, claimed_at, claim.clone()))
                 .buffer_unordered(self.config().concurrency)
+                .flat_map(stream::iter)
                 .collect()
                 .await;
             // After the last batch there is nothing to claim. A write that
@@ -202,25 +203,6 @@ impl<S: Store> Worker<S> {
                 "could not give back the batch claimed when the round stopped; \
                  its tasks run again once their leases lapse"
             );
-        }
-    }
-
-    /// Runs one claimed record, unless its lease would run out before the
-    /// handler timeout: then the claim is released unstarted. Decided when
-    /// called, which is when the round is about to start the handler.
-    fn attempt_within_lease(
-        &self,
-        record: Record,
-        claimed_at: Instant,
-        claim: Span,
-    ) -> impl Future<Output = Completion> + Send + 'static {
-        if self.lease_outlasts_handler(claimed_at) {
-            Either::Left(
-                self.attempt(record, claim)
-                    .map(|(completion, _)| completion),
-            )
-        } else {
-            Either::Right(std::future::ready(transition::release(self.fence(&record))))
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::{fmt, str::FromStr};
 
-/// Where a task is in its life (see docs/semantics.md and docs/architecture.md).
+/// Where a task is in its life (see [semantics.md](https://github.com/outbox-rs/outbox/blob/main/docs/semantics.md) and [architecture.md](https://github.com/outbox-rs/outbox/blob/main/docs/architecture.md)).
 ///
 /// Claims read only [`Available`](Status::Available) rows, so tasks that wait
 /// for their time or for an older task of their ordering key cost a claim
@@ -31,7 +31,7 @@ pub enum Status {
 }
 
 impl Status {
-    /// Every status, in the order of the diagram in docs/architecture.md.
+    /// Every status, in the order of the diagram in [architecture.md](https://github.com/outbox-rs/outbox/blob/main/docs/architecture.md).
     pub const ALL: [Status; 7] = [
         Status::Blocked,
         Status::Waiting,

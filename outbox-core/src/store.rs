@@ -2,7 +2,7 @@
 
 use std::{future::Future, time::Duration};
 
-use crate::{Record, Result, Task, TaskId, transition::Completion};
+use crate::{OutboxId, Record, Result, Task, TaskId, transition::Completion};
 
 /// What a claim asks for: who claims, and for how long.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +137,12 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Reads one task.
     fn get(&self, id: TaskId) -> impl Future<Output = Result<Record>> + Send;
+
+    /// The outbox's own id, which its migration wrote once (`outbox_meta`):
+    /// read on first use and kept. Deliveries carry it, and with it their
+    /// message ids. Fails, saying to run the migrations, on a database
+    /// that lacks it.
+    fn outbox_id(&self) -> impl Future<Output = Result<OutboxId>> + Send;
     /// Makes up to `limit` waiting tasks whose time has come available
     /// ([`transition::promote`](crate::transition::promote)), oldest due
     /// first; returns how many. Reads only the rows it moves, and never waits

@@ -1,9 +1,16 @@
-//! The task state machine as pure functions (described in docs/semantics.md).
+//! The task state machine as pure functions (described in [semantics.md](https://github.com/outbox-rs/outbox/blob/main/docs/semantics.md)).
 //!
-//! Backends never decide a transition themselves: they read a [`TaskState`],
-//! ask these functions, and translate the answer into one conditional SQL
-//! statement whose `WHERE` clause re-checks the same rule, so a concurrent
-//! writer can never make a stale decision stick.
+//! These functions are the specification every store is checked against.
+//! Where a store decides in Rust (the SQL flows of `diesel-outbox-sql`
+//! claim by id, expire, fail unreadable rows and pick the completions that
+//! move a key on with them), it calls them. Where a backend keeps a
+//! decision inside one statement for speed (PostgreSQL's claims, SQLite's
+//! batch claim, every backend's promotion, rescue and requeue) or applies
+//! one the flows made (fenced completions, unblocking a key, discard), the
+//! statement re-states the rule in its `WHERE` clause, so a concurrent writer can never make a stale
+//! decision stick, and the testkit's model check puts rows in every state,
+//! runs each store operation and compares the rows that result with these
+//! functions, on every backend.
 
 use std::time::Duration;
 
@@ -225,10 +232,7 @@ pub fn decide(
     let (status, error) = match outcome {
         Outcome::Succeeded => (Status::Succeeded, String::new()),
         Outcome::Permanent(error) => (Status::Failed, error),
-        Outcome::Retryable(error) if exhausted => (
-            Status::Failed,
-            format!("gave up after {run} attempts: {error}"),
-        ),
+        Outcome::Retryable(error) if exhausted => (Status::Failed, gave_up(run, &error)),
         Outcome::Retryable(error) | Outcome::NoHandler(error) => (Status::Waiting, error),
     };
     let retry_in =
@@ -345,6 +349,26 @@ pub fn promote(state: &TaskState, now: DateTime<Utc>) -> Option<TaskState> {
     })
 }
 
+/// The `last_error` of a task failed because its runs reached
+/// `max_attempts`: its last `error`, after how many `runs` it had.
+///
+/// A statement that counts the runs itself binds the text with [`RUNS`] in
+/// place of the count and replaces it:
+///
+/// ```
+/// use diesel_outbox_core::transition::{RUNS, gave_up};
+///
+/// assert_eq!(gave_up(3, "timed out"), "gave up after 3 attempts: timed out");
+/// assert_eq!(gave_up(RUNS, "x").replace(RUNS, "3"), gave_up(3, "x"));
+/// ```
+pub fn gave_up(runs: impl std::fmt::Display, error: &str) -> String {
+    format!("gave up after {runs} attempts: {error}")
+}
+
+/// What stands for the count of runs in a [`gave_up`] text that a statement
+/// completes.
+pub const RUNS: &str = "{runs}";
+
 /// The `last_error` written when a lapsed lease is rescued.
 pub const LAPSED_ERROR: &str = "lease lapsed before a result was written (the worker stopped or the handler outlived its lease)";
 
@@ -368,7 +392,7 @@ pub fn rescue(state: &TaskState, now: DateTime<Utc>) -> Option<TaskState> {
             status: Status::Failed,
             lease: None,
             finished_at: Some(now),
-            last_error: storable_error(&format!("gave up after {runs} attempts: {LAPSED_ERROR}")),
+            last_error: storable_error(&gave_up(runs, LAPSED_ERROR)),
             ..state.clone()
         }
     } else {

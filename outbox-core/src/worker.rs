@@ -11,8 +11,8 @@ use tokio::{
 use tracing::{Instrument, Span};
 
 use crate::{
-    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Registry, Result, Status, Store,
-    TaskId, WorkerConfig,
+    BatchRequest, ClaimOutcome, Error, LeaseRequest, OutboxId, Record, Registry, Result, Status,
+    Store, TaskId, WorkerConfig,
     attempt::run_handler,
     telemetry,
     transition::{self, Completion, Outcome},
@@ -45,6 +45,8 @@ struct Inner<S> {
     in_flight: watch::Sender<usize>,
     /// One permit per `send_async` allowed to run at once: `concurrency`.
     send_slots: Arc<Semaphore>,
+    /// The store's outbox id, read before the first claim.
+    outbox: tokio::sync::OnceCell<OutboxId>,
 }
 
 /// Counts one `send_async` task while it lives, even if it panics or is aborted.
@@ -86,6 +88,7 @@ impl<S: Store> Worker<S> {
                 runtime,
                 in_flight: watch::channel(0).0,
                 send_slots: Arc::new(Semaphore::new(config.concurrency)),
+                outbox: tokio::sync::OnceCell::new(),
                 config,
             }),
         })
@@ -131,6 +134,7 @@ impl<S: Store> Worker<S> {
     /// [`Error::NoHandler`] or [`Error::Handler`]. A failed attempt is
     /// recorded on the task and retried later by `retry_pending` or a relay.
     pub async fn send(&self, id: TaskId) -> Result<()> {
+        self.outbox_id().await?;
         let claim = telemetry::claim_span(id);
         let claimed = self
             .inner
@@ -233,10 +237,28 @@ impl<S: Store> Worker<S> {
         config.lease_duration.saturating_sub(claimed_at.elapsed()) >= config.handler_timeout
     }
 
+    /// The store's outbox id ([`Store::outbox_id`]), read once: every
+    /// claim reads it first, so the deliveries of what it claims name
+    /// their outbox.
+    pub async fn outbox_id(&self) -> Result<OutboxId> {
+        self.inner
+            .outbox
+            .get_or_try_init(|| self.inner.store.outbox_id())
+            .await
+            .cloned()
+    }
+
+    /// The outbox id, once read: before every claim (`send`, `claim_due`),
+    /// so always known to an attempt.
+    pub(crate) fn known_outbox(&self) -> Option<OutboxId> {
+        self.inner.outbox.get().cloned()
+    }
+
     /// Claims up to `request.limit` due tasks, in an `outbox.claim` span
     /// (a child of the current span) that the caller passes on to each
     /// task's [`attempt`](Self::attempt).
     pub(crate) async fn claim_due(&self, request: &BatchRequest) -> Result<(Vec<Record>, Span)> {
+        self.outbox_id().await?;
         let span = telemetry::claim_due_span(request.limit);
         let records = self
             .inner
@@ -265,9 +287,11 @@ impl<S: Store> Worker<S> {
         let max_attempts = record.task.max_attempts;
         let metrics = self.inner.registry.kind_keys(&record.task.kind);
         let retry = self.inner.config.retry;
+        let outbox = self.known_outbox();
         let running = run_handler(
             &self.inner.registry,
             record,
+            outbox,
             self.inner.config.handler_timeout,
             claim,
             Arc::clone(&metrics),

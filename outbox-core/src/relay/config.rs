@@ -34,7 +34,7 @@ use crate::{
 /// | `poll_interval` | 1 s | positive, at most 100 years | longest sleep when nothing is available (a wake-up or a promotion ends it sooner); also the longest time between two promotion and rescue steps |
 /// | `shutdown_timeout` | 10 s | at most 100 years | how long `run` waits for running handlers after shutdown is requested |
 /// | `retention` | 7 days | `None`, or at most 100 years | finished tasks older than this are purged; `None` keeps them |
-/// | `purge_interval` | 60 s | positive, at most 100 years | how often retention is applied and the status gauges refreshed |
+/// | `purge_interval` | 60 s | positive, at most 100 years | how often retention is applied and the status gauges refreshed; a purge that finds more than a few statements' worth of rows goes on at the next maintenance pass, right after its promotion and rescue, until nothing is left |
 /// | `purge_batch` | 1,000 | 1 to [`MAX_BATCH_SIZE`] (5,000) | rows per maintenance statement: purge, promotion of due waiting tasks, rescue of lapsed leases |
 /// | `write_delay` | 20 ms | positive, shorter than the worker's `lease_duration` | longest time a finished result waits before the relay writes it back, however full the batch |
 /// | `max_unwritten` | 1,000 | at least 1 | results waiting for a write beyond which the relay stops claiming until they are written |
@@ -83,13 +83,6 @@ impl Default for RelayConfig {
 
 impl RelayConfig {
     /// Sets the most tasks one claim takes, and results per completion write.
-    ///
-    /// ```
-    /// use diesel_outbox_core::RelayConfig;
-    ///
-    /// let config = RelayConfig::default().batch_size(500);
-    /// assert_eq!(config.batch_size, 500);
-    /// ```
     #[must_use]
     pub fn batch_size(mut self, batch_size: usize) -> Self {
         self.batch_size = batch_size;
@@ -98,14 +91,6 @@ impl RelayConfig {
 
     /// Sets the longest sleep when nothing is available, and the longest
     /// time between two promotion and rescue steps.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use diesel_outbox_core::RelayConfig;
-    ///
-    /// let config = RelayConfig::default().poll_interval(Duration::from_secs(10));
-    /// assert_eq!(config.poll_interval, Duration::from_secs(10));
-    /// ```
     #[must_use]
     pub fn poll_interval(mut self, poll_interval: Duration) -> Self {
         self.poll_interval = poll_interval;
@@ -114,14 +99,6 @@ impl RelayConfig {
 
     /// Sets how long `run` waits for running handlers after shutdown is
     /// requested.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use diesel_outbox_core::RelayConfig;
-    ///
-    /// let config = RelayConfig::default().shutdown_timeout(Duration::from_secs(30));
-    /// assert_eq!(config.shutdown_timeout, Duration::from_secs(30));
-    /// ```
     #[must_use]
     pub fn shutdown_timeout(mut self, shutdown_timeout: Duration) -> Self {
         self.shutdown_timeout = shutdown_timeout;
@@ -130,15 +107,6 @@ impl RelayConfig {
 
     /// Sets how long finished tasks are kept: a duration, or `None` to keep
     /// them for ever.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use diesel_outbox_core::RelayConfig;
-    ///
-    /// let month = Duration::from_secs(30 * 24 * 3600);
-    /// assert_eq!(RelayConfig::default().retention(month).retention, Some(month));
-    /// assert_eq!(RelayConfig::default().retention(None).retention, None);
-    /// ```
     #[must_use]
     pub fn retention(mut self, retention: impl Into<Option<Duration>>) -> Self {
         self.retention = retention.into();
@@ -146,14 +114,6 @@ impl RelayConfig {
     }
 
     /// Sets how often retention is applied and the status gauges refreshed.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use diesel_outbox_core::RelayConfig;
-    ///
-    /// let config = RelayConfig::default().purge_interval(Duration::from_secs(600));
-    /// assert_eq!(config.purge_interval, Duration::from_secs(600));
-    /// ```
     #[must_use]
     pub fn purge_interval(mut self, purge_interval: Duration) -> Self {
         self.purge_interval = purge_interval;
@@ -161,13 +121,6 @@ impl RelayConfig {
     }
 
     /// Sets the rows per maintenance statement: purge, promotion, rescue.
-    ///
-    /// ```
-    /// use diesel_outbox_core::RelayConfig;
-    ///
-    /// let config = RelayConfig::default().purge_batch(200);
-    /// assert_eq!(config.purge_batch, 200);
-    /// ```
     #[must_use]
     pub fn purge_batch(mut self, purge_batch: usize) -> Self {
         self.purge_batch = purge_batch;
@@ -176,14 +129,6 @@ impl RelayConfig {
 
     /// Sets the longest time a finished result waits before the relay writes
     /// it back, however full the batch of results is.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use diesel_outbox_core::RelayConfig;
-    ///
-    /// let config = RelayConfig::default().write_delay(Duration::from_millis(5));
-    /// assert_eq!(config.write_delay, Duration::from_millis(5));
-    /// ```
     #[must_use]
     pub fn write_delay(mut self, write_delay: Duration) -> Self {
         self.write_delay = write_delay;
@@ -192,13 +137,6 @@ impl RelayConfig {
 
     /// Sets how many results may wait for a write before the relay stops
     /// claiming until they are written.
-    ///
-    /// ```
-    /// use diesel_outbox_core::RelayConfig;
-    ///
-    /// let config = RelayConfig::default().max_unwritten(5_000);
-    /// assert_eq!(config.max_unwritten, 5_000);
-    /// ```
     #[must_use]
     pub fn max_unwritten(mut self, max_unwritten: usize) -> Self {
         self.max_unwritten = max_unwritten;

@@ -3,7 +3,9 @@
 //!
 //! It runs beside the claim loop on its own pool connection, so a long purge
 //! or a slow count never delays a claim: the claim loop only ever waits on
-//! its own statements.
+//! its own statements. Nor does a purge backlog delay promotion and rescue:
+//! each pass purges at most [`PURGE_STATEMENTS_PER_PASS`] statements and
+//! goes on at the next pass, right after that pass's promotion and rescue.
 
 use std::{sync::Arc, time::Duration};
 
@@ -12,6 +14,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::{RelayConfig, later};
 use crate::{Maintenance, Worker, telemetry};
+
+/// The most purge statements (of `purge_batch` rows each) between two
+/// promotion and rescue steps. A backlog of finished rows to purge (when
+/// retention is first switched on, or after an outage) is worked off this
+/// many statements at a time, the passes following each other without a
+/// sleep until it is gone, so that due tasks and lapsed leases keep moving
+/// however many rows wait to be purged.
+pub(crate) const PURGE_STATEMENTS_PER_PASS: u32 = 4;
 
 /// What the maintenance task did, merged into the relay's report at the end.
 #[derive(Debug, Default, Clone, Copy)]
@@ -38,15 +48,31 @@ pub(super) async fn run<S: Maintenance>(
     let mut done = Maintained::default();
     // Rows per statement; the setting is bounded by MAX_BATCH_SIZE.
     let step = u32::try_from(config.purge_batch).unwrap_or(u32::MAX);
-    let mut next_purge = Instant::now();
+    let (mut next_purge, mut next_count) = (Instant::now(), Instant::now());
+    // A purge that stopped at its pass's bound, with more rows to purge.
+    let mut purging = false;
     while !stop.is_cancelled() {
         let moved = advance(&worker, step, &mut done).await;
         if moved > 0 {
             available.notify_one();
         }
-        if Instant::now() >= next_purge {
-            purge_and_count(store, &config, &mut done).await;
-            next_purge = later(Instant::now(), config.purge_interval);
+        if let Some(retention) = config.retention
+            && (purging || Instant::now() >= next_purge)
+        {
+            purging = purge_step(store, retention, step, &mut done).await;
+            if !purging {
+                next_purge = later(Instant::now(), config.purge_interval);
+            }
+        }
+        if Instant::now() >= next_count {
+            count(store, &mut done).await;
+            next_count = later(Instant::now(), config.purge_interval);
+        }
+        if purging {
+            // Straight on with the purge, after the next promotion and
+            // rescue; a shutdown is noticed at the top of the loop.
+            tokio::task::yield_now().await;
+            continue;
         }
         let sleep = match store.next_due().await {
             Ok(Some(due_in)) => due_in.min(config.poll_interval),
@@ -112,17 +138,35 @@ where
     }
 }
 
-/// Applies retention and refreshes the gauges.
-async fn purge_and_count<S: Maintenance>(store: &S, config: &RelayConfig, done: &mut Maintained) {
-    if let Some(retention) = config.retention {
-        match store.purge_finished(retention, config.purge_batch).await {
-            Ok(purged) => done.purged += purged,
+/// Purges up to [`PURGE_STATEMENTS_PER_PASS`] statements of `step` rows
+/// finished more than `retention` ago; `true` when the last one was full,
+/// so more rows may wait to be purged.
+async fn purge_step<S: Maintenance>(
+    store: &S,
+    retention: Duration,
+    step: u32,
+    done: &mut Maintained,
+) -> bool {
+    for _ in 0..PURGE_STATEMENTS_PER_PASS {
+        match store.purge_batch(retention, step).await {
+            Ok(purged) => {
+                done.purged += purged;
+                if purged < u64::from(step) {
+                    return false;
+                }
+            }
             Err(error) => {
                 done.errors += 1;
                 tracing::warn!(error = %error.chain(), "relay could not purge finished tasks");
+                return false;
             }
         }
     }
+    true
+}
+
+/// Refreshes the status gauges.
+async fn count<S: Maintenance>(store: &S, done: &mut Maintained) {
     match store.stats().await {
         Ok(stats) => telemetry::stats(&stats),
         Err(error) => {

@@ -1,6 +1,6 @@
 //! Telemetry: metrics through the `metrics` facade, spans through `tracing`,
 //! and (with the `opentelemetry` feature) W3C trace context carried across
-//! the outbox in each task's headers. `docs/telemetry.md` in the repository
+//! the outbox in each task's headers. [telemetry.md](https://github.com/outbox-rs/outbox/blob/main/docs/telemetry.md)
 //! says how to export them.
 //!
 //! # Metrics
@@ -33,7 +33,8 @@
 //! | name | level | `messaging.operation.type` | what it covers |
 //! |---|---|---|---|
 //! | `outbox.enqueue` | info | `send` | one `enqueue` or `enqueue_many` (the insert, inside the caller's transaction) |
-//! | `outbox.attempt` | info | `process` | one handler call; the handler runs inside it |
+//! | `outbox.attempt` | info | `process` | one delivery: a handler runs inside it; a batch handler's attempts follow from its `outbox.batch` |
+//! | `outbox.batch` | info | `process` | one call of a batch handler; the handler runs inside it |
 //! | `outbox.claim` | debug | `receive` | one claim: of a task by id, or of a batch of due tasks |
 //! | `outbox.write` | debug | `settle` | one statement writing attempt results |
 //! | `outbox.relay.cycle` | debug | | one claim of a relay and the start of its handlers |
@@ -67,5 +68,6 @@ pub(crate) use context::adopt_parent;
 pub(crate) use instruments::{moved, send_async_deferred, stats, unwritten};
 pub(crate) use kind_keys::KindKeys;
 pub(crate) use spans::{
-    attempt_span, claim_due_span, claim_span, int, relay_cycle_span, round_span, write_span,
+    attempt_span, batch_span, claim_due_span, claim_span, int, relay_cycle_span, round_span,
+    write_span,
 };

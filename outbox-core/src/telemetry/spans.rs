@@ -67,6 +67,22 @@ pub(crate) fn attempt_span(id: TaskId, kind: &str, version: i32, attempt: i64) -
     )
 }
 
+/// One call of a batch handler for `size` deliveries of `kind` at
+/// `version`: the handler runs inside it, and each delivery's attempt span
+/// follows from it.
+pub(crate) fn batch_span(kind: &str, version: i32, size: usize) -> Span {
+    tracing::info_span!(
+        "outbox.batch",
+        "otel.kind" = "consumer",
+        "messaging.system" = SYSTEM,
+        "messaging.operation.type" = "process",
+        "messaging.operation.name" = "batch",
+        "messaging.destination.name" = kind,
+        "messaging.batch.message_count" = int(size),
+        "outbox.version" = version,
+    )
+}
+
 /// One claim of task `id` (a send right after commit).
 pub(crate) fn claim_span(id: TaskId) -> Span {
     tracing::debug_span!(
