@@ -25,21 +25,23 @@ use diesel::{
 ///
 /// The text uses the backend's placeholders: `$1`, `$2`, ... on PostgreSQL,
 /// in any order and as often as needed (`$n` is the `n`th bind), or `?` on
-/// MySQL (binds in order). The statement is rebuilt from its pieces with
+/// MySQL (binds in order); SQLite takes both, and `?NNN`, a bare `?` being
+/// one more than the largest number before it. The statement is rebuilt from its pieces with
 /// diesel writing each placeholder, so PostgreSQL receives it renumbered in
 /// order of appearance, a repeated number bound once per appearance. A
 /// statement whose placeholders and binds do not match fails when it runs.
 pub fn cached<'f, DB: Backend>(sql: &'f str) -> CachedQuery<'f, DB> {
     let (parts, numbers) = split(sql);
-    let mut next = 0;
+    // A bare `?` is one more than the largest number so far, as SQLite
+    // numbers it (so on MySQL, where every placeholder is bare, the binds
+    // in order).
+    let mut largest = 0;
     let slots = numbers
         .into_iter()
-        .map(|number| match number {
-            Some(n) => n.checked_sub(1),
-            None => {
-                next += 1;
-                Some(next - 1)
-            }
+        .map(|number| {
+            let n = number.unwrap_or(largest + 1);
+            largest = largest.max(n);
+            n.checked_sub(1)
         })
         .collect();
     CachedQuery {
@@ -124,15 +126,16 @@ impl<'f, DB: Backend> CachedQuery<'f, DB> {
     }
 }
 
-/// The pieces of `sql` around its placeholders (`$` followed by digits, or
-/// `?`), and each placeholder's number (`None` for `?`).
+/// The pieces of `sql` around its placeholders (`$` or `?` followed by
+/// digits, or a bare `?`), and each placeholder's number (`None` for a bare
+/// `?`).
 fn split(sql: &str) -> (Vec<&str>, Vec<Option<usize>>) {
     let bytes = sql.as_bytes();
     let (mut parts, mut numbers) = (Vec::new(), Vec::new());
     let (mut start, mut i) = (0, 0);
     while i < bytes.len() {
         let digits = match bytes[i] {
-            b'$' => bytes[i + 1..]
+            b'$' | b'?' => bytes[i + 1..]
                 .iter()
                 .take_while(|b| b.is_ascii_digit())
                 .count(),
@@ -318,5 +321,19 @@ mod tests {
             (vec!["x IN (", ", ", ")"], vec![None, None])
         );
         assert_eq!(split("no binds"), (vec!["no binds"], vec![]));
+        assert_eq!(split("?2 < ?"), (vec!["", " < ", ""], vec![Some(2), None]));
+    }
+
+    #[test]
+    fn a_bare_placeholder_follows_the_largest_number_as_on_sqlite() {
+        let query = cached::<Mysql>("SELECT $2, ?, $1, ?")
+            .bind::<BigInt, _>(1_i64)
+            .bind::<BigInt, _>(2_i64)
+            .bind::<BigInt, _>(3_i64)
+            .bind::<BigInt, _>(4_i64);
+        assert_eq!(
+            diesel::debug_query(&query).to_string(),
+            "SELECT ?, ?, ?, ? -- binds: [2, 3, 1, 4]"
+        );
     }
 }

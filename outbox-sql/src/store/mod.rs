@@ -1,0 +1,144 @@
+//! [`SqlStore`]: the outbox's store on any [`Dialect`], which implements
+//! [`Store`](diesel_outbox_core::Store),
+//! [`Maintenance`](diesel_outbox_core::Maintenance) and
+//! [`Inbox`](diesel_outbox_core::Inbox) once for every backend.
+
+mod inbox;
+mod maintenance;
+mod tasks;
+
+use std::sync::Arc;
+
+use deadpool::managed::Pool;
+use diesel_outbox_core::{OutboxId, Result, TxBody};
+
+use crate::Dialect;
+
+/// The outbox over a deadpool pool of diesel-async connections, on the
+/// backend `D` (`diesel_outbox_postgres::PgStore` is `SqlStore<Postgres>`,
+/// and so on).
+///
+/// `enqueue` runs on the caller's connection inside the caller's
+/// transaction; everything else takes a short-lived connection from the
+/// pool, through one guard ([`with_conn`](crate::with_conn)) that gives it
+/// back only once the operation finished, and never holds a row lock while
+/// a handler runs. Clones share the pool and the store's state.
+pub struct SqlStore<D: Dialect> {
+    pool: Pool<D::Manager>,
+    dialect: D,
+    outbox: Arc<tokio::sync::OnceCell<OutboxId>>,
+}
+
+impl<D: Dialect> Clone for SqlStore<D> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            dialect: self.dialect.clone(),
+            outbox: Arc::clone(&self.outbox),
+        }
+    }
+}
+
+impl<D: Dialect + std::fmt::Debug> std::fmt::Debug for SqlStore<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlStore")
+            .field("backend", &D::NAME)
+            .field("pool", &self.pool.status())
+            .field("dialect", &self.dialect)
+            .finish()
+    }
+}
+
+impl<D: Dialect> SqlStore<D> {
+    /// A store with its own pool of up to `max_size` connections to
+    /// `database_url`, each set up as the backend wants it (see the
+    /// backend's dialect), failing fast (5 s) when the server is
+    /// unreachable.
+    pub fn connect(database_url: &str, max_size: usize) -> Result<Self> {
+        let (pool, dialect) = D::connect(database_url, max_size)?;
+        Ok(Self::with_dialect(pool, dialect))
+    }
+
+    /// A store over an existing pool: share the application's, or give the
+    /// outbox its own. Build one store and clone it: clones share the
+    /// store's state (a backend's prepared statement shapes, its write turn).
+    pub fn new(pool: Pool<D::Manager>) -> Self {
+        let dialect = D::for_pool(&pool);
+        Self::with_dialect(pool, dialect)
+    }
+
+    /// A store over `pool` with an explicit `dialect`.
+    pub fn with_dialect(pool: Pool<D::Manager>, dialect: D) -> Self {
+        Self {
+            pool,
+            dialect,
+            outbox: Arc::default(),
+        }
+    }
+
+    /// The pool the store claims and completes on.
+    pub fn pool(&self) -> &Pool<D::Manager> {
+        &self.pool
+    }
+
+    /// The backend's state.
+    pub fn dialect(&self) -> &D {
+        &self.dialect
+    }
+
+    /// Runs `body` on a connection of the pool, which goes back to the
+    /// pool only once `body` finished.
+    pub(crate) async fn run<T, F>(&self, body: F) -> Result<T>
+    where
+        F: for<'c> AsyncFnOnce(&'c mut D::Conn) -> Result<T> + Send,
+        for<'c> F: TxBody<&'c mut D::Conn, Result<T>, Fut: Send>,
+        T: Send,
+    {
+        crate::with_conn(&self.pool, D::pool_error, body).await
+    }
+
+    /// [`run`](Self::run) for a write: in this process's turn to write
+    /// where the backend has one writer at a time.
+    pub(crate) async fn write<T, F>(&self, body: F) -> Result<T>
+    where
+        F: for<'c> AsyncFnOnce(&'c mut D::Conn) -> Result<T> + Send,
+        for<'c> F: TxBody<&'c mut D::Conn, Result<T>, Fut: Send>,
+        T: Send,
+    {
+        let _turn = match self.dialect.write_turn() {
+            Some(turn) => Some(turn.lock().await),
+            None => None,
+        };
+        self.run(body).await
+    }
+}
+
+/// A backend that can wake relays at commit: PostgreSQL's `NOTIFY`.
+pub trait Notify: Dialect {
+    /// Makes every transaction that enqueues wake the relays listening.
+    fn notify_on_enqueue(&mut self);
+
+    /// Whether enqueues wake relays.
+    fn notifies(&self) -> bool;
+}
+
+impl<D: Notify> SqlStore<D> {
+    /// Opts in to wake-ups at commit: every transaction that enqueues also
+    /// notifies the relays listening (PostgreSQL: the `outbox_tasks`
+    /// channel), which then deliver within milliseconds instead of at their
+    /// next poll.
+    ///
+    /// The cost: PostgreSQL serialises committing transactions that notify
+    /// (measured here: a one-row business transaction plus enqueue fell from
+    /// about 4,800 to about 3,000 commits/s). Leave it off when tasks are
+    /// sent right after commit anyway and the relay only catches up.
+    pub fn with_notify(mut self) -> Self {
+        self.dialect.notify_on_enqueue();
+        self
+    }
+
+    /// Whether enqueues wake relays.
+    pub fn notifies(&self) -> bool {
+        self.dialect.notifies()
+    }
+}
