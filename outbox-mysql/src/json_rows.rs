@@ -3,7 +3,7 @@
 //! connection, instead of a text per list length.
 
 use diesel_outbox_core::{TaskId, transition::Completion};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 /// Bytes of JSON per statement, well under the server's smallest default
 /// `max_allowed_packet` (4 MiB on MySQL 8.0, 16 MiB on MariaDB).
@@ -14,27 +14,37 @@ pub(crate) fn ids(ids: &[TaskId]) -> String {
     Value::from(ids.iter().map(|id| id.get()).collect::<Vec<_>>()).to_string()
 }
 
-/// One object per completion, for [`crate::complete`]'s `JSON_TABLE`: `id`,
+/// One object per completion, for the `JSON_TABLE` of [`COMPLETE`](crate::statements::COMPLETE): `id`,
 /// `attempts` and `owner` (the fence), `status`, `finished` (0 or 1),
-/// `released` (0 or 1), and, when set, `retry_us` and `error`.
-fn completion(c: &Completion) -> Value {
-    let mut row = Map::new();
-    row.insert("id".into(), json!(c.fence.id.get()));
-    row.insert("attempts".into(), json!(c.fence.attempt));
-    row.insert("owner".into(), json!(c.fence.owner));
-    row.insert("status".into(), json!(c.status.as_str()));
-    row.insert("finished".into(), json!(u8::from(c.status.is_finished())));
-    row.insert("released".into(), json!(u8::from(c.released)));
-    if let Some(retry_in) = c.retry_in {
-        row.insert(
-            "retry_us".into(),
-            json!(diesel_outbox_sql::micros(retry_in)),
-        );
+/// `released` (0 or 1), and, when set, `retry_us` and `error`. Borrowed
+/// from the completion: written straight to text, one allocation each.
+#[derive(serde::Serialize)]
+struct CompletionRow<'a> {
+    id: i64,
+    attempts: i64,
+    owner: &'a str,
+    status: &'a str,
+    finished: u8,
+    released: u8,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_us: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+}
+
+impl<'a> From<&'a Completion> for CompletionRow<'a> {
+    fn from(c: &'a Completion) -> Self {
+        Self {
+            id: c.fence.id.get(),
+            attempts: c.fence.attempt,
+            owner: &c.fence.owner,
+            status: c.status.as_str(),
+            finished: u8::from(c.status.is_finished()),
+            released: u8::from(c.released),
+            retry_us: c.retry_in.map(diesel_outbox_sql::micros),
+            error: c.last_error.as_deref(),
+        }
     }
-    if let Some(error) = &c.last_error {
-        row.insert("error".into(), json!(error));
-    }
-    Value::Object(row)
 }
 
 /// `completions` as JSON arrays of at most `max_rows` objects and about
@@ -47,7 +57,10 @@ pub(crate) fn completions<'c>(
     let mut current = String::from("[");
     let mut rows = 0;
     for c in completions {
-        let object = completion(c).to_string();
+        // Serialising plain fields cannot fail; were it to, the row would
+        // be an empty object, which the statement's fence never matches.
+        let object =
+            serde_json::to_string(&CompletionRow::from(c)).unwrap_or_else(|_| "{}".to_owned());
         if rows > 0 && (rows == max_rows || current.len() + object.len() + 2 > MAX_BYTES) {
             current.push(']');
             documents.push(std::mem::replace(&mut current, String::from("[")));

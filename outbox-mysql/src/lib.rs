@@ -60,35 +60,52 @@
 //! `auto_increment_increment` apart (the node count on Galera and other
 //! multi-primary setups); the store reads it with `LAST_INSERT_ID()`.
 
-mod claim;
-mod complete;
-mod discard;
-mod enqueue;
-mod inbox;
-mod inbox_migrate;
+mod dialect;
+mod insert;
+mod isolation;
 mod json_rows;
-mod keys;
-mod listing;
-mod maintenance;
-mod migrate;
 mod migration_lock;
-mod moves;
-mod query;
-mod row;
-pub mod schema;
+#[cfg(test)]
+mod plans;
 mod server;
-mod store;
-mod store_transaction;
+mod statements;
+mod tables;
 pub mod timestamp;
-mod transaction;
+
+pub use tables::{TaskRow, schema};
 
 /// The backend-free core, re-exported so one dependency is enough.
 pub use diesel_outbox_core as outbox;
 
-pub use diesel_outbox_sql::MigrationSql;
-pub use inbox_migrate::{
-    INBOX_MIGRATIONS, inbox_migration_sql, revert_inbox_migrations, run_inbox_migrations,
-};
-pub use migrate::{MIGRATIONS, migration_sql, revert_migrations, run_migrations};
-pub use store::MysqlStore;
-pub use transaction::transaction;
+pub use dialect::Mysql;
+pub use diesel_outbox_sql::{MigrationSql, transaction, transaction_pooled};
+
+/// The outbox on MySQL 8.0.4+ or MariaDB 10.6+, over a deadpool pool of
+/// diesel-async connections (pure Rust, no libmysqlclient): the shared
+/// [`SqlStore`](diesel_outbox_sql::SqlStore) on the [`Mysql`] dialect.
+///
+/// `enqueue` runs on the caller's connection inside the caller's
+/// transaction; claims take short READ COMMITTED transactions from the pool
+/// (so no gap lock ever blocks the application's inserts) and no row lock
+/// is held while a handler runs.
+/// [`MysqlStore::connect`](diesel_outbox_sql::SqlStore::connect) sets each
+/// connection to READ COMMITTED once, when it connects; a store over a pool
+/// of your own ([`MysqlStore::new`](diesel_outbox_sql::SqlStore::new)) sets
+/// it for each of its transactions.
+pub type MysqlStore = diesel_outbox_sql::SqlStore<Mysql>;
+
+diesel_outbox_sql::embed_outbox_migrations! {
+    crate = "diesel_outbox_mysql",
+    backend = diesel::mysql::Mysql,
+    lock = migration_lock::UserLock::default(),
+    lock_doc = "Safe to call from many instances at once: the run holds the \
+        user-level lock `outbox_migrations:<database>` (`GET_LOCK`), so concurrent \
+        runs on one database take turns and the later ones find nothing pending. \
+        The wait is bounded by the session's `lock_wait_timeout`; when it runs \
+        out, the error says so.",
+}
+
+/// The crate's README, whose examples compile as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

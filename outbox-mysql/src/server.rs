@@ -27,13 +27,10 @@ struct Facts {
 /// Reads the server's facts and checks it supports `SKIP LOCKED` and
 /// `JSON_TABLE` (MariaDB 10.6+, MySQL 8.0.4+).
 pub(crate) async fn inspect(conn: &mut AsyncMysqlConnection) -> Result<ServerInfo> {
-    let facts: Facts = diesel::sql_query(
-        "SELECT VERSION() AS version, \
-         CAST(@@innodb_autoinc_lock_mode AS CHAR) AS autoinc_lock_mode",
-    )
-    .get_result(conn)
-    .await
-    .map_err(mysql_error)?;
+    let facts: Facts = diesel::sql_query(crate::statements::SERVER)
+        .get_result(conn)
+        .await
+        .map_err(mysql_error)?;
     if !supported(&facts.version) {
         return Err(Error::Unsupported(format!(
             "server {} lacks FOR UPDATE SKIP LOCKED or JSON_TABLE; MariaDB 10.6 or MySQL 8.0.4 or later is needed",

@@ -64,6 +64,15 @@ pub fn from_column(value: NaiveDateTime) -> DateTime<Utc> {
     value.and_utc()
 }
 
+/// [`from_column`] for column `field` of a task (every value is an instant).
+pub(crate) fn column(
+    _id: i64,
+    _field: &'static str,
+    value: NaiveDateTime,
+) -> Result<DateTime<Utc>> {
+    Ok(from_column(value))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

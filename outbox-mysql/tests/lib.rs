@@ -5,10 +5,8 @@ mod conformance {
     diesel_outbox_testkit::conformance_tests!(diesel_outbox_testkit::mysql::MysqlTestDb);
 }
 mod auto_increment;
-mod database_errors;
 mod migration_lock;
 mod prepared_inserts;
 mod session_isolation;
-mod spawned_transaction;
 mod time_zone;
 mod unreadable_keys;

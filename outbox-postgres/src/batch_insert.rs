@@ -7,23 +7,16 @@
 //! payloads, as a hand-written insert would.
 
 use diesel::{
-    QueryableByName,
     pg::Pg,
     serialize::ToSql,
-    sql_types::{
-        Array, BigInt, Bool, Bytea, HasSqlType, Integer, Jsonb, Nullable, Text, Timestamptz,
-    },
+    sql_types::{Array, Bool, Bytea, HasSqlType, Integer, Jsonb, Nullable, Text, Timestamptz},
 };
 use diesel_async::AsyncPgConnection;
 use diesel_async::RunQueryDsl;
-use diesel_outbox_core::{Error, Result, Task, TaskId};
-use diesel_outbox_sql::postgres_error;
+use diesel_outbox_core::{Error, Result, TaskId};
+use diesel_outbox_sql::{postgres_error, rows::Id};
 
-#[derive(QueryableByName)]
-struct NewId {
-    #[diesel(sql_type = BigInt)]
-    id: i64,
-}
+use crate::insert::Row;
 
 /// How one column's values spread over the batch.
 enum Spread<T> {
@@ -128,19 +121,19 @@ impl<'a> Builder<'a> {
     }
 }
 
-/// Inserts `tasks` without dedup keys (validated, `headers` their JSON,
-/// `heads` whether each heads its ordering key) in one statement and returns
+/// Inserts `rows` without dedup keys (`heads` whether each heads its
+/// ordering key) in one statement and returns
 /// their ids in input order: rows are inserted, and their identity values
 /// drawn, in `ORDER BY ord` order, so the returned ids sorted ascending
 /// follow the input (the server-generated-key sentinel SQLAlchemy relies on
 /// for PostgreSQL).
 pub(crate) async fn insert(
     conn: &mut AsyncPgConnection,
-    tasks: &[Task],
-    headers: Vec<serde_json::Value>,
+    rows: &[Row],
     heads: &[bool],
 ) -> Result<Vec<TaskId>> {
-    let payloads: Vec<&[u8]> = tasks.iter().map(|t| t.payload.as_slice()).collect();
+    let tasks = || rows.iter().map(|row| &row.task);
+    let payloads: Vec<&[u8]> = tasks().map(|t| t.payload.as_slice()).collect();
     let mut b = Builder {
         // Its text takes one of a few shapes (which columns vary by row), so
         // each connection prepares it once per shape.
@@ -154,13 +147,13 @@ pub(crate) async fn insert(
         "kind",
         "text",
         "NULL",
-        tasks.iter().map(|t| Some(t.kind.clone())).collect(),
+        tasks().map(|t| Some(t.kind.clone())).collect(),
     );
     b.column::<i32, Integer>(
         "version",
         "int4",
         "NULL",
-        tasks.iter().map(|t| Some(t.version)).collect(),
+        tasks().map(|t| Some(t.version)).collect(),
     );
     let payload = b.param();
     b.arrays.push(format!("${payload}::bytea[]"));
@@ -168,8 +161,9 @@ pub(crate) async fn insert(
     b.exprs.push("payload".into());
     b.bind::<Array<Bytea>, _>(payloads);
     let empty = serde_json::Value::Object(serde_json::Map::new());
-    let headers = headers
-        .into_iter()
+    let headers = rows
+        .iter()
+        .map(|row| row.headers.clone())
         .map(|h| (h != empty).then_some(h))
         .collect();
     b.column::<serde_json::Value, Jsonb>("headers", "jsonb", "'{}'::jsonb", headers);
@@ -177,19 +171,19 @@ pub(crate) async fn insert(
         "ordering_key",
         "text",
         "NULL",
-        tasks.iter().map(|t| t.ordering_key.clone()).collect(),
+        tasks().map(|t| t.ordering_key.clone()).collect(),
     );
     b.column::<i32, Integer>(
         "max_attempts",
         "int4",
         "NULL",
-        tasks.iter().map(|t| t.max_attempts).collect(),
+        tasks().map(|t| t.max_attempts).collect(),
     );
     let not_before = b.value::<chrono::DateTime<chrono::Utc>, Timestamptz>(
         "next_attempt_at",
         "timestamptz",
         "now()",
-        tasks.iter().map(|t| t.not_before).collect(),
+        tasks().map(|t| t.not_before).collect(),
     );
     b.exprs.push(not_before.clone());
     // transition::enqueued, with "due" on the database clock.
@@ -207,7 +201,7 @@ pub(crate) async fn insert(
         "expires_at",
         "timestamptz",
         "NULL",
-        tasks.iter().map(|t| t.expires_at).collect(),
+        tasks().map(|t| t.expires_at).collect(),
     );
     let sql = format!(
         "INSERT INTO outbox_tasks (kind, version, payload, headers, ordering_key, max_attempts, \
@@ -221,15 +215,15 @@ pub(crate) async fn insert(
         .query
         .take()
         .ok_or_else(|| Error::database("the batch insert was already built"))?;
-    let rows: Vec<NewId> = query.sql(&sql).load(conn).await.map_err(postgres_error)?;
-    if rows.len() != tasks.len() {
+    let inserted: Vec<Id> = query.sql(&sql).load(conn).await.map_err(postgres_error)?;
+    if inserted.len() != rows.len() {
         return Err(Error::database(format!(
             "inserted {} rows for {} tasks",
-            rows.len(),
-            tasks.len()
+            inserted.len(),
+            rows.len()
         )));
     }
-    let mut ids: Vec<i64> = rows.into_iter().map(|row| row.id).collect();
+    let mut ids: Vec<i64> = inserted.into_iter().map(|row| row.id).collect();
     ids.sort_unstable();
     Ok(ids.into_iter().map(TaskId::new).collect())
 }

@@ -4,11 +4,9 @@
 mod conformance {
     diesel_outbox_testkit::conformance_tests!(diesel_outbox_testkit::postgres::PgTestDb);
 }
-mod database_errors;
 mod migration_lock;
 mod notify;
 mod own_schema;
 mod plain_enqueue;
 mod pool_recycling;
 mod round_faults;
-mod spawned_transaction;

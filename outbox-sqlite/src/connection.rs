@@ -27,7 +27,9 @@ use std::time::Duration;
 
 use diesel::{ConnectionError, ConnectionResult, SqliteConnection};
 use diesel_async::{
-    AsyncConnection, SimpleAsyncConnection, sync_connection_wrapper::SyncConnectionWrapper,
+    AsyncConnection, SimpleAsyncConnection,
+    pooled_connection::{ManagerConfig, RecyclingMethod},
+    sync_connection_wrapper::SyncConnectionWrapper,
 };
 use diesel_outbox_core::{Error, Result};
 
@@ -85,6 +87,39 @@ pub(crate) fn check_url(database_url: &str) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// The settings of a deadpool pool whose every connection is opened as
+/// [`establish`] opens one: for the application's own pool beside the
+/// store's (or share the store's, [`SqliteStore::pool`](crate::SqliteStore::pool)).
+/// Connections are recycled without a test query: a file connection does
+/// not drop like a network one.
+///
+/// ```no_run
+/// use diesel_async::pooled_connection::{AsyncDieselConnectionManager, deadpool::Pool};
+/// use diesel_outbox_sqlite::{AsyncSqliteConnection, manager_config};
+///
+/// # fn demo() -> anyhow::Result<()> {
+/// let manager = AsyncDieselConnectionManager::<AsyncSqliteConnection>::new_with_config(
+///     "shop.db",
+///     manager_config(),
+/// );
+/// let pool = Pool::builder(manager).max_size(4).build()?;
+/// # let _ = pool;
+/// # Ok(())
+/// # }
+/// ```
+pub fn manager_config() -> ManagerConfig<AsyncSqliteConnection> {
+    let mut config = ManagerConfig::<AsyncSqliteConnection>::default();
+    config.custom_setup = Box::new(|url| {
+        let url = url.to_owned();
+        Box::pin(async move {
+            check_url(&url).map_err(|error| ConnectionError::BadConnection(error.to_string()))?;
+            open(&url).await
+        })
+    });
+    config.recycling_method = RecyclingMethod::Fast;
+    config
 }
 
 /// Opens and configures one connection (also the pool's setup).

@@ -52,6 +52,16 @@
 //! run again; one whose first statement is a write (an insert, or the
 //! enqueue itself) is safe either way. See [`transaction`] for why.
 //!
+//! Why `IMMEDIATE`: a plain (deferred) transaction starts as a reader and
+//! becomes a writer at its first write; if another connection wrote in
+//! between, SQLite refuses the upgrade at once with `SQLITE_BUSY` (waiting
+//! could deadlock), and the whole transaction must be run again. `BEGIN
+//! IMMEDIATE` takes the write lock first, waiting for it under the
+//! connection's busy timeout, so the body never has to upgrade. Dropped
+//! mid-way, a [`transaction`] leaves its connection holding the write lock
+//! until the connection is dropped; [`transaction_pooled`] closes its
+//! connection at once.
+//!
 //! # Claims without `SKIP LOCKED`
 //!
 //! Every claim, completion write and periodic move is one statement, or one
@@ -62,7 +72,7 @@
 //! queue for their turn in order; relays in other processes on the same file
 //! wait under the busy timeout. Per-key ordering needs nothing more: whoever
 //! writes is alone. The connection settings behind this are in
-//! [`connection`].
+//! [`connection`], the statements in `statements.rs`.
 //!
 //! # What SQLite is for
 //!
@@ -70,7 +80,7 @@
 //! edge applications, demos, and tests (`diesel-outbox-testkit`'s `SqliteTestDb`).
 //! Not services on several hosts, nor a network file system, nor more
 //! commits than one writer at a time can make (each waits for `fsync`):
-//! there, use PostgreSQL. docs/operations.md says more.
+//! there, use PostgreSQL. [operations.md](https://github.com/outbox-rs/outbox/blob/main/docs/operations.md) says more.
 //!
 //! # Time
 //!
@@ -86,37 +96,60 @@
 //! for its statement with `block_in_place`, which a current-thread runtime
 //! does not allow.
 
-mod claim;
-mod complete;
 pub mod connection;
-mod discard;
-mod enqueue;
-mod inbox;
-mod inbox_migrate;
-mod keys;
-mod listing;
-mod maintenance;
-mod migrate;
+mod dialect;
+mod insert;
 mod migration_lock;
-mod moves;
 #[cfg(test)]
 mod plans;
-mod query;
-mod row;
-pub mod schema;
-mod store;
-mod store_transaction;
+mod statements;
+mod tables;
 pub mod timestamp;
-mod transaction;
+
+pub use tables::{TaskRow, schema};
 
 /// The backend-free core, re-exported so one dependency is enough.
 pub use diesel_outbox_core as outbox;
 
-pub use connection::{AsyncSqliteConnection, BUSY_TIMEOUT, establish};
-pub use diesel_outbox_sql::MigrationSql;
-pub use inbox_migrate::{
-    INBOX_MIGRATIONS, inbox_migration_sql, revert_inbox_migrations, run_inbox_migrations,
-};
-pub use migrate::{MIGRATIONS, migration_sql, revert_migrations, run_migrations};
-pub use store::SqliteStore;
-pub use transaction::transaction;
+pub use connection::{AsyncSqliteConnection, BUSY_TIMEOUT, establish, manager_config};
+pub use dialect::Sqlite;
+pub use diesel_outbox_sql::{MigrationSql, transaction, transaction_pooled};
+
+/// The outbox on a SQLite database file, over a deadpool pool of
+/// diesel-async connections (SQLite built in, no system library): the
+/// shared [`SqlStore`](diesel_outbox_sql::SqlStore) on the [`Sqlite`]
+/// dialect.
+///
+/// `enqueue` runs on the caller's connection inside the caller's
+/// transaction. Claims, completion writes and the periodic moves each take
+/// one statement, or one short `BEGIN IMMEDIATE` transaction when they need
+/// several, on a connection from the pool: SQLite has one writer at a time,
+/// so a claim holds the database's write lock for the few statements it
+/// takes instead of locking rows, and no lock is held while a handler runs.
+/// Several relays, in one process or in several on the same file, therefore
+/// claim side by side, each waiting its turn for the write lock (see
+/// [`connection`] for the settings that make this safe).
+///
+/// [`SqliteStore::connect`](diesel_outbox_sql::SqlStore::connect) opens
+/// each connection with [`establish`]; a pool of your own should use
+/// [`manager_config`]. Build one store per database file and clone it:
+/// clones share its write turn and its prepared insert shapes.
+pub type SqliteStore = diesel_outbox_sql::SqlStore<Sqlite>;
+
+diesel_outbox_sql::embed_outbox_migrations! {
+    crate = "diesel_outbox_sqlite",
+    backend = diesel::sqlite::Sqlite,
+    lock = migration_lock::ImmediateTransaction::default(),
+    lock_doc = "Safe to call from many processes at once: the run holds SQLite's \
+        write lock from a `BEGIN IMMEDIATE` to its commit, and SQLite has one \
+        writer per file, so concurrent runs take turns and the later ones find \
+        nothing pending; a migration that fails leaves nothing of itself behind \
+        (DDL is transactional in SQLite, and each migration runs in a savepoint). \
+        The wait is bounded by the connection's busy timeout \
+        ([`BUSY_TIMEOUT`](crate::BUSY_TIMEOUT) when it has none).",
+}
+
+/// The crate's README, whose examples compile as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

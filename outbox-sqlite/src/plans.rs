@@ -7,7 +7,7 @@ use diesel::{
     sql_types::Text,
 };
 
-use crate::{claim, complete, keys, maintenance, migration_sql, moves};
+use crate::{migration_sql, statements};
 
 #[derive(QueryableByName)]
 struct Step {
@@ -47,12 +47,12 @@ fn assert_plan(sql: &str, expected: &[&str]) {
 #[test]
 fn claims_read_the_available_range_in_id_order() {
     assert_plan(
-        claim::CLAIM_DUE_SQL,
+        statements::CLAIM_DUE,
         &["outbox_tasks_claim_idx (status=? AND id>?)"],
     );
     // No sort: the index gives id order.
     assert!(
-        !plan(claim::CLAIM_DUE_SQL)
+        !plan(statements::CLAIM_DUE)
             .iter()
             .any(|line| line.contains("TEMP B-TREE"))
     );
@@ -61,16 +61,16 @@ fn claims_read_the_available_range_in_id_order() {
 #[test]
 fn moves_read_their_status_range() {
     assert_plan(
-        moves::PROMOTE,
+        statements::PROMOTE,
         &["outbox_tasks_due_idx (status=? AND next_attempt_at<?)"],
     );
     assert_plan(
-        moves::RESCUE,
+        statements::RESCUE,
         &["outbox_tasks_lease_idx (status=? AND lease_expires_at<?)"],
     );
-    assert_plan(maintenance::NEXT_DUE, &["outbox_tasks_due_idx (status=?)"]);
+    assert_plan(statements::NEXT_DUE, &["outbox_tasks_due_idx (status=?)"]);
     assert_plan(
-        &keys::unblock_sql(2),
+        &statements::unblock(2),
         &["outbox_tasks_ordering_idx (status=? AND ordering_key=?)"],
     );
 }
@@ -78,12 +78,12 @@ fn moves_read_their_status_range() {
 #[test]
 fn completions_find_their_rows_by_primary_key() {
     assert_plan(
-        &complete::update_sql(3),
+        &statements::complete(3),
         &["SEARCH outbox_tasks USING INTEGER PRIMARY KEY (rowid=?)"],
     );
     // All succeeded: the running rows of the listed ids, one seek each.
     assert_plan(
-        &complete::succeed_sql(3),
+        &statements::succeed(3),
         &["SEARCH outbox_tasks USING INDEX outbox_tasks_claim_idx (status=? AND id=?)"],
     );
 }
@@ -92,15 +92,15 @@ fn completions_find_their_rows_by_primary_key() {
 fn stats_and_purge_read_indexes_only() {
     // Counting reads the (status, id) index once, never the rows.
     assert_plan(
-        maintenance::COUNTS,
+        statements::COUNTS,
         &["SCAN outbox_tasks USING COVERING INDEX outbox_tasks_claim_idx"],
     );
     assert_plan(
-        maintenance::OLDEST_DUE,
+        statements::OLDEST_DUE,
         &["outbox_tasks_claim_idx (status=?)"],
     );
     assert_plan(
-        maintenance::PURGE,
+        statements::PURGE,
         &["outbox_tasks_finished_idx (finished_at>? AND finished_at<?)"],
     );
 }

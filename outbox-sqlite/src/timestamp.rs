@@ -98,15 +98,6 @@ pub(crate) fn column(id: i64, field: &'static str, micros: i64) -> Result<DateTi
     })
 }
 
-/// [`column`] for a nullable column.
-pub(crate) fn column_opt(
-    id: i64,
-    field: &'static str,
-    micros: Option<i64>,
-) -> Result<Option<DateTime<Utc>>> {
-    micros.map(|us| column(id, field, us)).transpose()
-}
-
 /// The database clock: the host's clock, in whole microseconds.
 pub fn now() -> DateTime<Utc> {
     let now = Utc::now();

@@ -16,6 +16,5 @@ mod conformance {
 mod migration_lock;
 mod prepared_inserts;
 mod processes;
-mod spawned_transaction;
 mod time_zone;
 mod write_lock;

@@ -1,0 +1,526 @@
+//! [`Postgres`]: the PostgreSQL dialect of the outbox, every primitive
+//! bound to its statement in `statements.rs`.
+//!
+//! PostgreSQL replaces both claim flows with one statement each, for speed
+//! (`CLAIM_ONE` and `CLAIM_DUE` are `transition::claim` and
+//! `transition::expire` in SQL). Its other statements apply what the flows
+//! decided, each re-checking its rule in its `WHERE` clause (the fenced
+//! completions, promotion, rescue, unblocking a key, requeue, discard).
+//! The conformance suite's model check compares the rows each leaves with
+//! the transition functions.
+
+use std::{collections::BTreeSet, time::Duration};
+
+use chrono::{DateTime, Utc};
+use diesel::{
+    OptionalExtension, QueryableByName,
+    sql_types::{Array, BigInt, Bool, Nullable, Text, Timestamptz},
+};
+use diesel_async::{
+    AsyncPgConnection, RunQueryDsl,
+    pooled_connection::{
+        AsyncDieselConnectionManager, ManagerConfig, RecyclingMethod,
+        deadpool::{Pool, PoolError},
+    },
+};
+use diesel_outbox_core::{
+    BatchRequest, ClaimOutcome, Error, LeaseRequest, OutboxId, Record, Rescued, Result, Stats,
+    Status, Task, TaskId, Wakeups,
+    transition::{self, Availability, Completion, EXPIRED_ERROR},
+};
+use diesel_outbox_sql::{
+    CachedQuery, Dialect, Inserted, KeyCounts, Notify, ReadRow, cached,
+    flows::claim::settle,
+    micros, postgres_error, postgres_pool_error,
+    rows::{Applied, Count, KeyCount, Micros, Moved, duration_us, rescued, tally_statuses, to_u64},
+};
+
+use crate::{
+    insert::{self, Row},
+    listen, statements as sql,
+    tables::TaskRow,
+};
+
+/// The PostgreSQL backend. Its one setting: whether enqueues wake relays
+/// at commit ([`with_notify`](diesel_outbox_sql::SqlStore::with_notify)).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Postgres {
+    notify: bool,
+}
+
+/// Below this many rows by the planner's estimate (`-1` before the table was
+/// first analysed), succeeded rows are counted exactly: an index read of
+/// that size takes milliseconds.
+const EXACT_BELOW: i64 = 100_000;
+
+/// A row a claim by id did not take, with the database's time.
+#[derive(QueryableByName)]
+struct Inspected {
+    #[diesel(embed)]
+    task: TaskRow,
+    #[diesel(sql_type = Timestamptz)]
+    db_now: DateTime<Utc>,
+}
+
+#[derive(QueryableByName)]
+struct Key {
+    #[diesel(sql_type = Nullable<Text>)]
+    ordering_key: Option<String>,
+}
+
+#[derive(QueryableByName)]
+struct Discarded {
+    #[diesel(sql_type = Text)]
+    status: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    ordering_key: Option<String>,
+}
+
+/// One array parameter: `value` of every completion, in order.
+fn column<'c, T>(completions: &'c [Completion], value: impl Fn(&'c Completion) -> T) -> Vec<T> {
+    completions.iter().map(value).collect()
+}
+
+/// The ids as an `int8[]`.
+fn ids(ids: &[TaskId]) -> Vec<i64> {
+    ids.iter().map(|id| id.get()).collect()
+}
+
+diesel_outbox_sql::transact_with! {
+    /// A plain transaction: READ COMMITTED, PostgreSQL's default, under which a
+    /// statement after a lock wait sees what the lock's holder committed.
+    Postgres,
+    AsyncPgConnection,
+    transaction
+}
+
+impl Notify for Postgres {
+    fn notify_on_enqueue(&mut self) {
+        self.notify = true;
+    }
+
+    fn notifies(&self) -> bool {
+        self.notify
+    }
+}
+
+impl Dialect for Postgres {
+    type Conn = AsyncPgConnection;
+    type Manager = AsyncDieselConnectionManager<AsyncPgConnection>;
+    type Backend = diesel::pg::Pg;
+    type Row = Row;
+    type TaskRow = TaskRow;
+
+    const NAME: &'static str = "PostgreSQL";
+
+    /// The pool recycles connections without a round trip
+    /// (`RecyclingMethod::Fast`): a PostgreSQL connection knows when the
+    /// server closed it, and the pool drops such a connection instead of
+    /// handing it out, so the `SELECT 1` of the default check would cost
+    /// every checkout a round trip to catch only the uses that race the
+    /// server's goodbye. Those fail with a retryable connection error, which
+    /// the relay and the result writer retry; nothing is lost.
+    fn connect(database_url: &str, max_size: usize) -> Result<(Pool<AsyncPgConnection>, Self)> {
+        let mut config = ManagerConfig::default();
+        config.recycling_method = RecyclingMethod::Fast;
+        let pool = diesel_outbox_sql::build_pool(database_url, max_size, config)?;
+        Ok((pool, Self::default()))
+    }
+
+    fn for_pool(_: &Pool<AsyncPgConnection>) -> Self {
+        Self::default()
+    }
+
+    fn error(error: diesel::result::Error) -> Error {
+        postgres_error(error)
+    }
+
+    fn pool_error(error: PoolError) -> Error {
+        postgres_pool_error(error)
+    }
+
+    fn prepare(&self, task: Task) -> Result<Row> {
+        insert::prepare(task)
+    }
+
+    fn task(row: &Row) -> &Task {
+        &row.task
+    }
+
+    fn decode(row: TaskRow) -> ReadRow {
+        row.decode()
+    }
+
+    fn bind_instant<'f>(
+        query: CachedQuery<'f, diesel::pg::Pg>,
+        field: &'static str,
+        at: DateTime<Utc>,
+    ) -> Result<CachedQuery<'f, diesel::pg::Pg>> {
+        crate::timestamp::check(field, Some(at))?;
+        Ok(query.bind::<Timestamptz, _>(at))
+    }
+
+    async fn insert(
+        &self,
+        conn: &mut AsyncPgConnection,
+        rows: &[Row],
+        heads: &[bool],
+    ) -> Result<Vec<Inserted>> {
+        insert::insert(conn, rows, heads).await
+    }
+
+    /// With `NOTIFY` on, queues the notification PostgreSQL delivers at
+    /// commit (and drops on rollback).
+    async fn after_enqueue(&self, conn: &mut AsyncPgConnection) -> Result<()> {
+        if self.notify {
+            cached(sql::NOTIFY)
+                .execute(conn)
+                .await
+                .map_err(postgres_error)?;
+        }
+        Ok(())
+    }
+
+    /// Exact counts but for succeeded rows on a large table, which come
+    /// from the planner's estimate of the table.
+    async fn stats(&self, conn: &mut AsyncPgConnection) -> Result<Stats> {
+        let counts: Vec<Count> = diesel::sql_query(sql::STATS)
+            .load(&mut *conn)
+            .await
+            .map_err(postgres_error)?;
+        let mut stats = Stats::default();
+        let (mut table, mut rows) = (-1, Vec::new());
+        for count in counts {
+            match count.status.as_str() {
+                "table" => table = count.n,
+                "oldest_due_us" => {
+                    stats.oldest_due_age = (count.n >= 0).then(|| duration_us(count.n));
+                }
+                _ => rows.push(count),
+            }
+        }
+        let exact = tally_statuses(&mut stats, rows);
+        stats.succeeded = if table < EXACT_BELOW {
+            let succeeded: Count = diesel::sql_query(sql::COUNT_SUCCEEDED)
+                .get_result(conn)
+                .await
+                .map_err(postgres_error)?;
+            to_u64(succeeded.n)
+        } else {
+            to_u64(table - exact)
+        };
+        Ok(stats)
+    }
+
+    async fn outbox_id(&self, conn: &mut AsyncPgConnection) -> Result<OutboxId> {
+        diesel_outbox_sql::read_outbox_id(conn, postgres_error).await
+    }
+
+    async fn next_due(&self, conn: &mut AsyncPgConnection) -> Result<Option<Duration>> {
+        let next: Micros = cached(sql::NEXT_DUE)
+            .get_result(conn)
+            .await
+            .map_err(postgres_error)?;
+        Ok(next.us.map(duration_us))
+    }
+
+    /// `CLAIM_ONE`; when it matches
+    /// nothing, the row is read back and [`transition::availability`] says
+    /// why. Each pass either claims, or reads the row and acts on what the
+    /// rules say; a pass repeats only when a concurrent writer changed the
+    /// row in between.
+    async fn claim_one(
+        &self,
+        conn: &mut AsyncPgConnection,
+        id: TaskId,
+        lease: &LeaseRequest,
+    ) -> Result<ClaimOutcome> {
+        for _ in 0..3 {
+            let claimed: Option<TaskRow> = cached(sql::CLAIM_ONE)
+                .bind::<BigInt, _>(id.get())
+                .bind::<Text, _>(&lease.owner)
+                .bind::<BigInt, _>(micros(lease.duration))
+                .returning::<crate::schema::outbox_tasks::SqlType>()
+                .get_result(&mut *conn)
+                .await
+                .optional()
+                .map_err(postgres_error)?;
+            if let Some(row) = claimed {
+                let records = settle(self, conn, vec![row.taken()], &lease.owner).await?;
+                return match records.into_iter().next() {
+                    Some(record) => Ok(ClaimOutcome::Claimed(Box::new(record))),
+                    // Unreadable: `settle` failed the task; `get` says why.
+                    None => Ok(ClaimOutcome::Finished(Status::Failed)),
+                };
+            }
+            let inspected: Option<Inspected> = cached(sql::INSPECT)
+                .bind::<BigInt, _>(id.get())
+                .get_result(&mut *conn)
+                .await
+                .optional()
+                .map_err(postgres_error)?;
+            let Some(inspected) = inspected else {
+                return Ok(ClaimOutcome::NotFound);
+            };
+            let record = inspected.task.decode().map_err(Error::from)?;
+            match transition::availability(&record.state(), inspected.db_now) {
+                Availability::Claimable => continue,
+                Availability::Expired => {
+                    let expired = cached(sql::EXPIRE_ONE)
+                        .bind::<BigInt, _>(id.get())
+                        .bind::<Text, _>(EXPIRED_ERROR)
+                        .execute(&mut *conn)
+                        .await
+                        .map_err(postgres_error)?;
+                    if expired == 1 {
+                        return Ok(ClaimOutcome::Expired);
+                    }
+                }
+                Availability::Leased { until } => return Ok(ClaimOutcome::Leased { until }),
+                Availability::NotDue { at } => return Ok(ClaimOutcome::NotDue { at }),
+                Availability::Blocked => return Ok(ClaimOutcome::Blocked),
+                Availability::Finished(status) => return Ok(ClaimOutcome::Finished(status)),
+            }
+        }
+        // Still contended after three passes: someone else is working on it.
+        let until = transition::after(Utc::now(), lease.duration);
+        Ok(ClaimOutcome::Leased { until })
+    }
+
+    /// `CLAIM_DUE`, one statement.
+    async fn claim_due(
+        &self,
+        conn: &mut AsyncPgConnection,
+        request: &BatchRequest,
+    ) -> Result<Vec<Record>> {
+        let limit =
+            i64::try_from(request.limit).map_err(|_| Error::invalid("batch_size", "too large"))?;
+        let rows: Vec<TaskRow> = cached(sql::CLAIM_DUE)
+            .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
+            .bind::<BigInt, _>(limit)
+            .bind::<Text, _>(&request.lease.owner)
+            .bind::<BigInt, _>(micros(request.lease.duration))
+            .bind::<Text, _>(EXPIRED_ERROR)
+            .bind::<Nullable<Timestamptz>, _>(request.due_by)
+            .returning::<crate::schema::outbox_tasks::SqlType>()
+            .load(&mut *conn)
+            .await
+            .map_err(postgres_error)?;
+        let taken = rows.into_iter().map(TaskRow::taken).collect();
+        settle(self, conn, taken, &request.lease.owner).await
+    }
+
+    /// One statement for the whole batch:
+    /// `SUCCEED` when every result is a
+    /// success for one owner, `COMPLETE`
+    /// otherwise.
+    async fn apply_completions(
+        &self,
+        conn: &mut AsyncPgConnection,
+        completions: &[Completion],
+    ) -> Result<Vec<(TaskId, i64)>> {
+        let Some(first) = completions.first() else {
+            return Ok(Vec::new());
+        };
+        let owner = &first.fence.owner;
+        let applied: Vec<Applied> = if completions
+            .iter()
+            .all(|c| c.status == Status::Succeeded && &c.fence.owner == owner)
+        {
+            cached(sql::SUCCEED)
+                .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.id.get()))
+                .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.attempt))
+                .bind::<Text, _>(owner)
+                .load(conn)
+                .await
+                .map_err(postgres_error)?
+        } else {
+            cached(sql::COMPLETE)
+                .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.id.get()))
+                .bind::<Array<Text>, _>(column(completions, |c| c.fence.owner.as_str()))
+                .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.attempt))
+                .bind::<Array<Text>, _>(column(completions, |c| c.status.as_str()))
+                .bind::<Array<BigInt>, _>(column(completions, |c| c.retry_in.map_or(0, micros)))
+                .bind::<Array<Nullable<Text>>, _>(column(completions, |c| c.last_error.as_deref()))
+                .bind::<Array<Bool>, _>(column(completions, |c| c.released))
+                .load(conn)
+                .await
+                .map_err(postgres_error)?
+        };
+        Ok(applied.into_iter().map(Applied::claim).collect())
+    }
+
+    async fn open_keys(
+        &self,
+        conn: &mut AsyncPgConnection,
+        counts: &KeyCounts<'_>,
+    ) -> Result<Vec<KeyCount>> {
+        key_counts(conn, sql::OPEN_KEYS, counts).await
+    }
+
+    async fn take_keys(
+        &self,
+        conn: &mut AsyncPgConnection,
+        counts: &KeyCounts<'_>,
+    ) -> Result<Vec<KeyCount>> {
+        key_counts(conn, sql::TAKE_KEYS, counts).await
+    }
+
+    async fn move_keys_on(
+        &self,
+        conn: &mut AsyncPgConnection,
+        next: &[&str],
+        emptied: &[&str],
+    ) -> Result<()> {
+        cached(sql::MOVE_KEYS_ON)
+            .bind::<Array<Text>, _>(next)
+            .bind::<Array<Text>, _>(emptied)
+            .execute(conn)
+            .await
+            .map_err(postgres_error)?;
+        Ok(())
+    }
+
+    async fn promote(&self, conn: &mut AsyncPgConnection, limit: u32) -> Result<u64> {
+        let moved = cached(sql::PROMOTE)
+            .bind::<BigInt, _>(i64::from(limit))
+            .execute(conn)
+            .await
+            .map_err(postgres_error)?;
+        Ok(moved as u64)
+    }
+
+    async fn rescue(&self, conn: &mut AsyncPgConnection, limit: u32) -> Result<Rescued> {
+        let moved: Vec<Moved> = cached(sql::RESCUE)
+            .bind::<BigInt, _>(i64::from(limit))
+            .bind::<Text, _>(transition::LAPSED_ERROR)
+            .bind::<Text, _>(transition::gave_up(
+                transition::RUNS,
+                transition::LAPSED_ERROR,
+            ))
+            .bind::<Text, _>(transition::RUNS)
+            .load(conn)
+            .await
+            .map_err(postgres_error)?;
+        Ok(rescued(moved))
+    }
+
+    async fn requeue(&self, conn: &mut AsyncPgConnection, ids: &[TaskId]) -> Result<u64> {
+        let changed = cached(sql::REQUEUE)
+            .bind::<Array<BigInt>, _>(self::ids(ids))
+            .execute(conn)
+            .await
+            .map_err(postgres_error)?;
+        Ok(changed as u64)
+    }
+
+    async fn keys_of(
+        &self,
+        conn: &mut AsyncPgConnection,
+        ids: &[TaskId],
+    ) -> Result<BTreeSet<String>> {
+        let keys: Vec<Key> = cached(sql::KEYS_OF)
+            .bind::<Array<BigInt>, _>(self::ids(ids))
+            .load(conn)
+            .await
+            .map_err(postgres_error)?;
+        Ok(keys
+            .into_iter()
+            .filter_map(|key| key.ordering_key)
+            .collect())
+    }
+
+    async fn lock_keys(&self, conn: &mut AsyncPgConnection, keys: &BTreeSet<String>) -> Result<()> {
+        cached(sql::LOCK_KEYS)
+            .bind::<Array<Text>, _>(keys.iter().collect::<Vec<_>>())
+            .execute(conn)
+            .await
+            .map_err(postgres_error)?;
+        Ok(())
+    }
+
+    async fn discard_rows(
+        &self,
+        conn: &mut AsyncPgConnection,
+        ids: &[TaskId],
+    ) -> Result<Vec<(String, Option<String>)>> {
+        let discarded: Vec<Discarded> = cached(sql::DISCARD)
+            .bind::<Array<BigInt>, _>(self::ids(ids))
+            .load(conn)
+            .await
+            .map_err(postgres_error)?;
+        Ok(discarded
+            .into_iter()
+            .map(|row| (row.status, row.ordering_key))
+            .collect())
+    }
+
+    async fn purge(
+        &self,
+        conn: &mut AsyncPgConnection,
+        older_than: Duration,
+        limit: u32,
+    ) -> Result<u64> {
+        let deleted = diesel::sql_query(sql::PURGE)
+            .bind::<BigInt, _>(micros(older_than))
+            .bind::<BigInt, _>(i64::from(limit))
+            .execute(conn)
+            .await
+            .map_err(postgres_error)?;
+        Ok(deleted as u64)
+    }
+
+    async fn record(
+        &self,
+        conn: &mut AsyncPgConnection,
+        consumer: &str,
+        message_id: &str,
+    ) -> Result<u64> {
+        let inserted = cached(sql::RECORD)
+            .bind::<Text, _>(consumer)
+            .bind::<Text, _>(message_id)
+            .execute(conn)
+            .await
+            .map_err(postgres_error)?;
+        Ok(inserted as u64)
+    }
+
+    async fn purge_inbox(
+        &self,
+        conn: &mut AsyncPgConnection,
+        older_than: Duration,
+        limit: u32,
+    ) -> Result<u64> {
+        let deleted = cached(sql::PURGE_INBOX)
+            .bind::<BigInt, _>(micros(older_than))
+            .bind::<BigInt, _>(i64::from(limit))
+            .execute(conn)
+            .await
+            .map_err(postgres_error)?;
+        Ok(deleted as u64)
+    }
+
+    /// With `NOTIFY` on, a connection of the pool listening on
+    /// [`CHANNEL`](crate::CHANNEL) for as long as the stream lives.
+    async fn wakeups(&self, pool: &Pool<AsyncPgConnection>) -> Result<Option<Wakeups>> {
+        if !self.notify {
+            return Ok(None);
+        }
+        listen::wakeups(pool).await.map(Some)
+    }
+}
+
+/// Runs `statement`, which changes each key's count by its number in
+/// `counts` (bound as two arrays), and returns the counts it left.
+async fn key_counts(
+    conn: &mut AsyncPgConnection,
+    statement: &'static str,
+    counts: &KeyCounts<'_>,
+) -> Result<Vec<KeyCount>> {
+    cached(statement)
+        .bind::<Array<Text>, _>(counts.keys().copied().collect::<Vec<_>>())
+        .bind::<Array<BigInt>, _>(counts.values().copied().collect::<Vec<_>>())
+        .load(conn)
+        .await
+        .map_err(postgres_error)
+}

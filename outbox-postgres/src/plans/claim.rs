@@ -1,0 +1,163 @@
+//! The batch claim's plan reads the rows it claims and no backlog: EXPLAIN
+//! ANALYZE of the real statement beside each [`Backlog`] shape.
+
+use chrono::{DateTime, Utc};
+use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
+use diesel_async::{AsyncConnection, RunQueryDsl};
+use diesel_outbox_core::transition::EXPIRED_ERROR;
+use diesel_outbox_testkit::{TestBackend, backlog::Backlog, postgres::PgTestDb};
+use serde_json::Value;
+
+use super::{Explained, explain_prepared, rows_read, scans_of};
+use crate::statements::CLAIM_DUE;
+
+/// Backlog rows: well above the size (about 15,000 rows here) below which
+/// PostgreSQL found a full scan cheaper than 100 index lookups while the
+/// claim joined its ids as a row set (see `on_a_small_table`).
+const BACKLOG: u64 = 50_000;
+/// Due rows, after the backlog in id order.
+const DUE: u64 = 200;
+/// The batch size claimed.
+const LIMIT: i64 = 100;
+/// Rows a scan may read beyond `LIMIT` (none are expected: a claim reads
+/// available rows only, and nothing here is locked or not due).
+const MARGIN: f64 = 10.0;
+
+/// Fills `backlog`, then the due rows, and explains one claim of `LIMIT`
+/// (rolled back); returns the plan's root node.
+async fn explain_claim(backlog: Backlog) -> anyhow::Result<(PgTestDb, Value)> {
+    let db = PgTestDb::create(&format!("claim_plan_{backlog:?}")).await?;
+    db.execute_sql(&backlog.postgres(BACKLOG)).await?;
+    let root = explain_due(&db, DUE, LIMIT).await?;
+    let rows = db.count_tasks().await?;
+    anyhow::ensure!(
+        u64::try_from(rows)? >= BACKLOG + DUE,
+        "{backlog:?} filled {rows} rows"
+    );
+    Ok((db, root))
+}
+
+/// Adds `due` available rows to `db`, analyzes the table, and explains one
+/// claim of `limit` (rolled back); returns the plan's root node.
+async fn explain_due(db: &PgTestDb, due: u64, limit: i64) -> anyhow::Result<Value> {
+    db.execute_sql(&format!(
+        "INSERT INTO outbox_tasks (kind, version, payload) \
+         SELECT 'due', 1, '\\x7b7d' FROM generate_series(1, {due}); \
+         ANALYZE outbox_tasks"
+    ))
+    .await?;
+    let mut conn = db.connect().await?;
+    conn.begin_test_transaction().await?;
+    let explained: Explained =
+        diesel::sql_query(format!("EXPLAIN (ANALYZE, FORMAT JSON) {CLAIM_DUE}"))
+            .bind::<BigInt, _>(0)
+            .bind::<BigInt, _>(limit)
+            .bind::<Text, _>("plan-test")
+            .bind::<BigInt, _>(60_000_000)
+            .bind::<Text, _>(EXPIRED_ERROR)
+            .bind::<Nullable<Timestamptz>, _>(None::<DateTime<Utc>>)
+            .get_result(&mut conn)
+            .await?;
+    // Never committed, and rolled back before the next claim looks: a
+    // dropped connection's rollback may come after it, locks still held.
+    super::roll_back(conn).await?;
+    Ok(explained.root().clone())
+}
+
+/// Checks that a claim's plan took `limit` rows and read no more than that
+/// (plus [`MARGIN`]) of `outbox_tasks`, walking the index of available
+/// tasks. A bitmap index scan counts the index entries it found, dead ones
+/// included, so the heap scan above it is what bounds the rows read.
+fn reads_only_what_it_claims(root: &Value, limit: i64, shape: &str) -> anyhow::Result<()> {
+    let plan = serde_json::to_string_pretty(root)?;
+    assert_eq!(
+        root["Actual Rows"].as_f64(),
+        Some(limit as f64),
+        "beside {shape}, the claim took other than {limit} rows:\n{plan}"
+    );
+    let scans = scans_of(root, "outbox_tasks");
+    for scan in scans
+        .iter()
+        .filter(|scan| scan["Node Type"] != "Bitmap Index Scan")
+    {
+        let read = rows_read(scan);
+        assert!(
+            read <= limit as f64 + MARGIN,
+            "beside {shape}, a {} read {read} rows of outbox_tasks for a claim of {limit}:\n{plan}",
+            scan["Node Type"]
+        );
+    }
+    assert!(
+        scans
+            .iter()
+            .any(|scan| scan["Index Name"] == "outbox_tasks_available_idx"),
+        "beside {shape}, the claim does not walk outbox_tasks_available_idx:\n{plan}"
+    );
+    Ok(())
+}
+
+async fn reads_only_claimed_rows(backlog: Backlog) -> anyhow::Result<()> {
+    let (db, root) = explain_claim(backlog).await?;
+    reads_only_what_it_claims(&root, LIMIT, &backlog.describe(BACKLOG))?;
+    drop(db);
+    Ok(())
+}
+
+/// On a table small enough for a full scan to look cheap to the planner
+/// (a few thousand rows, a claim of 256), the claim still reads only the
+/// rows it takes, under a custom plan and under the generic plan a cached
+/// statement may switch to: joined as a row set, the claimed ids were
+/// hashed against a scan of the whole table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_small_table() -> anyhow::Result<()> {
+    let db = PgTestDb::create("claim_plan_small").await?;
+    // Finished rows first, as a queue table holds them: with only
+    // available rows, the primary key and the index of available rows
+    // cost the planner the same, and which it takes is a tie.
+    db.execute_sql(
+        "INSERT INTO outbox_tasks (kind, version, payload, status, finished_at) \
+         SELECT 'done', 1, '\\x7b7d', 'succeeded', now() FROM generate_series(1, 2000)",
+    )
+    .await?;
+    let root = explain_due(&db, 4_000, 256).await?;
+    reads_only_what_it_claims(&root, 256, "2,000 finished rows and 4,000 due rows")?;
+    let generic = explain_prepared(
+        &db,
+        &format!("PREPARE plan_test(int8, int8, text, int8, text, timestamptz) AS {CLAIM_DUE}"),
+        "force_generic_plan",
+        "EXECUTE plan_test(0, 256, 'plan-test', 60000000, 'expired', NULL)",
+    )
+    .await?;
+    reads_only_what_it_claims(
+        &generic,
+        256,
+        "2,000 finished rows and 4,000 due rows, generic plan",
+    )?;
+    drop(db);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beside_waiting_rows_not_yet_due() -> anyhow::Result<()> {
+    reads_only_claimed_rows(Backlog::NotDue).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beside_waiting_rows_in_backoff() -> anyhow::Result<()> {
+    reads_only_claimed_rows(Backlog::Backoff).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beside_a_failed_head_and_its_blocked_successors() -> anyhow::Result<()> {
+    reads_only_claimed_rows(Backlog::FailedHead).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beside_succeeded_rows_of_one_key() -> anyhow::Result<()> {
+    reads_only_claimed_rows(Backlog::SucceededKey).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beside_finished_rows() -> anyhow::Result<()> {
+    reads_only_claimed_rows(Backlog::Finished).await
+}
