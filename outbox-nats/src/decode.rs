@@ -19,6 +19,9 @@ pub struct Received {
     pub version: i32,
     /// The attempt that published this copy.
     pub attempt: i64,
+    /// The outbox the task is stored in (`Outbox-Source`); `None` for a
+    /// message published by a release before the header existed.
+    pub outbox: Option<String>,
     /// The task's own headers (outbox and `Nats-` headers removed).
     pub headers: Headers,
     /// The payload.
@@ -60,6 +63,9 @@ pub fn decode_parts(headers: Option<&HeaderMap>, payload: &[u8]) -> Result<Recei
     }
     let version = parsed(map, headers::VERSION)?;
     let attempt = parsed(map, headers::ATTEMPT)?;
+    let outbox = map
+        .get(headers::SOURCE)
+        .map(|value| value.as_str().to_owned());
     let mut own = Headers::new();
     for (name, values) in map.iter() {
         let name: &str = name.as_ref();
@@ -75,6 +81,7 @@ pub fn decode_parts(headers: Option<&HeaderMap>, payload: &[u8]) -> Result<Recei
         kind,
         version,
         attempt,
+        outbox,
         headers: own,
         payload: payload.to_vec(),
     })

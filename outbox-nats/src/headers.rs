@@ -1,17 +1,10 @@
 //! The NATS headers an outbox message carries.
 
 use async_nats::{HeaderMap, HeaderName, HeaderValue};
-use diesel_outbox_core::{Delivery, HandlerError};
+use diesel_outbox_core::{Delivery, HandlerError, wire};
 use std::str::FromStr;
 
-/// The task id, as a decimal number.
-pub const TASK_ID: &str = "Outbox-Task-Id";
-/// The task kind.
-pub const KIND: &str = "Outbox-Kind";
-/// The payload protocol version.
-pub const VERSION: &str = "Outbox-Version";
-/// The attempt that published this message (1 for the first).
-pub const ATTEMPT: &str = "Outbox-Attempt";
+pub use diesel_outbox_core::wire::{ATTEMPT, KIND, SOURCE, TASK_ID, VERSION};
 
 // The outbox's own names, built once: a name from a static string is
 // neither checked nor copied again for every message.
@@ -19,15 +12,14 @@ const TASK_ID_NAME: HeaderName = HeaderName::from_static(TASK_ID);
 const KIND_NAME: HeaderName = HeaderName::from_static(KIND);
 const VERSION_NAME: HeaderName = HeaderName::from_static(VERSION);
 const ATTEMPT_NAME: HeaderName = HeaderName::from_static(ATTEMPT);
+const SOURCE_NAME: HeaderName = HeaderName::from_static(SOURCE);
 
 /// Whether `name` is reserved for the outbox or for NATS itself, so a task's
 /// own headers may not use it.
 pub(crate) fn is_reserved(name: &str) -> bool {
-    ["outbox-", "nats-"].iter().any(|prefix| {
-        name.as_bytes()
-            .get(..prefix.len())
-            .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
-    })
+    [wire::RESERVED_PREFIX, "nats-"]
+        .iter()
+        .any(|prefix| wire::has_prefix(name, prefix))
 }
 
 /// `value` as the value of header `name`, which it came with.
@@ -39,7 +31,7 @@ fn value(name: &str, value: &str) -> Result<HeaderValue, HandlerError> {
     })
 }
 
-/// The task's own headers plus kind, version, id and attempt. A task header
+/// The task's own headers plus kind, version, id, attempt and outbox. A task header
 /// with a reserved name, or one NATS cannot carry, is a permanent failure.
 pub(crate) fn build(delivery: &Delivery) -> Result<HeaderMap, HandlerError> {
     let mut map = HeaderMap::new();
@@ -60,6 +52,7 @@ pub(crate) fn build(delivery: &Delivery) -> Result<HeaderMap, HandlerError> {
     map.insert(KIND_NAME, value(KIND, &delivery.task.kind)?);
     map.insert(VERSION_NAME, HeaderValue::from(delivery.task.version));
     map.insert(ATTEMPT_NAME, HeaderValue::from(delivery.attempt));
+    map.insert(SOURCE_NAME, value(SOURCE, delivery.outbox.as_str())?);
     Ok(map)
 }
 
@@ -98,6 +91,7 @@ mod tests {
             (KIND_NAME, KIND),
             (VERSION_NAME, VERSION),
             (ATTEMPT_NAME, ATTEMPT),
+            (SOURCE_NAME, SOURCE),
         ] {
             assert_eq!(built, HeaderName::from_str(text).expect("a valid name"));
         }

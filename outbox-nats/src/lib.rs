@@ -3,9 +3,9 @@
 //! [`JetStreamPublisher`] is a [`Handler`](diesel_outbox_core::Handler): register it
 //! for the `(kind, version)` pairs it routes, and the worker or relay
 //! publishes each task to its subject. It succeeds only on a valid
-//! acknowledgement from the expected stream, and sets `Nats-Msg-Id` from the
-//! task id, so JetStream drops a replay (after a crash, or a lost completion
-//! write) inside the stream's duplicate window: effectively once in the
+//! acknowledgement from the expected stream, and sets `Nats-Msg-Id` to the
+//! task's message id (`<outbox id>:<task id>`, unique across services), so
+//! JetStream drops a replay (after a crash, or a lost completion write) inside the stream's duplicate window: effectively once in the
 //! stream. [`StreamSpec`] creates or checks the stream; [`decode`] reads a
 //! message back on the consumer's side.
 //!
@@ -15,7 +15,7 @@
 //! database transaction as the [`ConsumeHandler`]'s effect, commits, then
 //! acknowledges, so a redelivery (after a crash between commit and ack, or a
 //! replay past the duplicate window) is acknowledged without a second
-//! effect. `docs/consuming.md` has the whole story.
+//! effect. [consuming.md](https://github.com/outbox-rs/outbox/blob/main/docs/consuming.md) has the whole story.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -31,7 +31,6 @@
 //! // Publishing: order.created v1 goes to `orders.created.v1`.
 //! let publisher = JetStreamPublisher::builder(jetstream.clone())
 //!     .route_to("order.created", 1, "orders.created.v1")
-//!     .message_id_prefix("order-service")
 //!     .expected_stream("ORDERS")
 //!     .build()?;
 //! StreamSpec::for_publisher("ORDERS", &publisher)
@@ -86,15 +85,12 @@ mod publisher;
 mod stream;
 mod subject;
 
-pub use consumer::metrics::{CONSUMER_METRICS, describe_consumer_metrics};
 pub use consumer::{
     ConsumeHandler, ConsumerBuilder, ConsumerReport, DEAD_CONSUMER, DEAD_DELIVERED, DEAD_REASON,
-    DEAD_SEQUENCE, DeadLetter, InboxConsumer, Incoming,
+    DEAD_SEQUENCE, DEFAULT_IDLE_HEARTBEAT, DeadLetter, InboxConsumer, Incoming,
 };
 pub use decode::{Received, decode, decode_parts};
+pub use diesel_outbox_core::consume::metrics::{CONSUMER_METRICS, describe_consumer_metrics};
 pub use error::{DecodeError, NatsError};
-pub use publisher::{
-    DEFAULT_MESSAGE_ID_PREFIX, DEFAULT_SUBJECT_PREFIX, JetStreamPublisher, Published,
-    PublisherBuilder,
-};
+pub use publisher::{JetStreamPublisher, MAX_MESSAGE_ID_PREFIX_BYTES, Published, PublisherBuilder};
 pub use stream::{DEFAULT_DUPLICATE_WINDOW, StreamSpec};

@@ -358,6 +358,8 @@ macro_rules! consume_tests {
             a_panicking_handler_is_handed_back,
             poison_messages_are_dead_lettered_and_the_others_flow,
             shutdown_acknowledges_only_committed_messages,
+            what_can_never_pass_is_given_up_at_once,
+            a_lost_server_is_counted_and_waited_for,
         );
     };
     ($module:ident, $backend:ty, one_writer) => {
@@ -366,6 +368,8 @@ macro_rules! consume_tests {
             the_durable_name_is_the_default_name,
             a_panicking_handler_is_handed_back,
             poison_messages_are_dead_lettered_and_the_others_flow,
+            what_can_never_pass_is_given_up_at_once,
+            a_lost_server_is_counted_and_waited_for,
         );
     };
     ($module:ident, $backend:ty; $($scenario:ident),* $(,)?) => {
@@ -390,3 +394,158 @@ consume_tests!(
     diesel_outbox_testkit::sqlite::SqliteTestDb,
     one_writer
 );
+
+/// Messages that can never pass are given up at their first delivery,
+/// whatever `max_deliveries` says: one whose `Nats-Msg-Id` is longer than
+/// the inbox stores (checked before any transaction), and, once the inbox
+/// table is gone, every message, whose record then fails with an error no
+/// retry can fix. Each goes to the dead-letter subject.
+async fn what_can_never_pass_is_given_up_at_once<B: TestBackend>(test: &str) -> anyhow::Result<()> {
+    let (db, stream) = setup::<B>(test).await?;
+    let jetstream = stream.jetstream().clone();
+    let subject = format!("{}.orders.order.created.v1", stream.prefix());
+    let long_id = format!("foreign:{}", "x".repeat(300));
+    let mut headers = async_nats::HeaderMap::new();
+    for (name, value) in [
+        ("Outbox-Task-Id", "7"),
+        ("Outbox-Kind", "order.created"),
+        ("Outbox-Version", "1"),
+        ("Outbox-Attempt", "1"),
+        ("Nats-Msg-Id", long_id.as_str()),
+    ] {
+        headers.insert(name, value);
+    }
+    jetstream
+        .publish_with_headers(subject, headers, "{\"order\":7}".into())
+        .await?
+        .await?;
+    let dead_subject = format!("{}.dead", stream.prefix());
+    let durable = durable(&stream, "shipping").await?;
+    let consumer = InboxConsumer::builder(db.store().clone(), durable.clone(), Ship::default())
+        .retry(no_delay())
+        .max_deliveries(10)
+        .dead_letter(DeadLetter::new(jetstream.clone(), dead_subject.clone()))
+        .build()?;
+    let report = run_until_drained::<B>(consumer, durable.clone()).await?;
+    assert_eq!((report.dead_lettered, report.failed), (1, 0), "{report:?}");
+
+    // The inbox table is gone: recording fails, and no retry can change that.
+    db.execute_sql("DROP TABLE outbox_inbox").await?;
+    publish(&stream, [1]).await?;
+    let consumer = InboxConsumer::builder(db.store().clone(), durable.clone(), Ship::default())
+        .retry(no_delay())
+        .max_deliveries(10)
+        .dead_letter(DeadLetter::new(jetstream.clone(), dead_subject.clone()))
+        .build()?;
+    let report = run_until_drained::<B>(consumer, durable).await?;
+    assert_eq!((report.dead_lettered, report.failed), (1, 0), "{report:?}");
+
+    let reasons: Vec<String> = stream
+        .messages()
+        .await?
+        .into_iter()
+        .filter(|message| message.subject.as_str() == dead_subject)
+        .filter_map(|message| {
+            message
+                .headers
+                .get(DEAD_REASON)
+                .map(|value| value.as_str().to_owned())
+        })
+        .collect();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(
+        reasons[0].contains("message id cannot be recorded"),
+        "{reasons:?}"
+    );
+    assert!(reasons[1].contains("database error"), "{reasons:?}");
+    Ok(())
+}
+
+/// A consumer whose server goes away hears of it: missed heartbeats count
+/// as receive errors (in the report and the metric), each followed by a
+/// pause, and the consumer keeps going; once the server is back, it applies
+/// what was published meanwhile. A consumer deleted under it ends the run
+/// with an error at once.
+async fn a_lost_server_is_counted_and_waited_for<B: TestBackend>(test: &str) -> anyhow::Result<()> {
+    let captured = diesel_outbox_testkit::metrics::capture()?;
+    let (db, _) = setup::<B>(test).await?;
+    let mut server = diesel_outbox_testkit::nats::private_server("consume")?;
+    let client = async_nats::connect(format!("nats://127.0.0.1:{}", server.port())).await?;
+    let jetstream = jetstream::new(client);
+    let stream = jetstream
+        .create_stream(jetstream::stream::Config {
+            name: "LOST".into(),
+            subjects: vec!["lost.>".into()],
+            ..Default::default()
+        })
+        .await?;
+    let durable: PullConsumer = stream
+        .create_consumer(jetstream::consumer::pull::Config {
+            durable_name: Some("shipping".into()),
+            ack_wait: Duration::from_secs(2),
+            ..Default::default()
+        })
+        .await?;
+    let publisher = JetStreamPublisher::builder(jetstream.clone())
+        .subject_prefix("lost")
+        .route("order.created", 1)
+        .build()?;
+    let publish = async |orders: std::ops::RangeInclusive<i64>| -> anyhow::Result<()> {
+        for order in orders {
+            let task = Task::json("order.created", 1, &serde_json::json!({ "order": order }))?;
+            publisher
+                .publish(&Delivery::new(TaskId::new(order), 1, task))
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        Ok(())
+    };
+    let name = format!("{test}-lost");
+    let consumer = InboxConsumer::builder(db.store().clone(), durable.clone(), Ship::default())
+        .name(name.clone())
+        .idle_heartbeat(Duration::from_millis(200))
+        .build()?;
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { consumer.run(shutdown).await }
+    });
+    publish(1..=3).await?;
+    diesel_outbox_testkit::wait::eventually(async || Ok(shipments(&db).await? == 3)).await?;
+
+    server.kill()?;
+    let labels = [("consumer", name.as_str())];
+    diesel_outbox_testkit::wait::eventually(async || {
+        Ok(captured.counter("outbox_consumer_receive_errors_total", &labels) >= 2)
+    })
+    .await?;
+    server.restart()?;
+    // The client reconnects on its own; publish once it is back.
+    let published = async {
+        while publish(4..=5).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), published).await?;
+    diesel_outbox_testkit::wait::eventually(async || Ok(shipments(&db).await? == 5)).await?;
+    shutdown.cancel();
+    let report = running.await??;
+    assert!(report.receive_errors >= 2, "{report:?}");
+    assert_eq!(report.applied, 5, "{report:?}");
+
+    // Deleted under it (once its pull request waits at the server), the
+    // consumer ends its run with an error.
+    let watched = durable.clone();
+    let consumer = InboxConsumer::builder(db.store().clone(), durable, Ship::default())
+        .name(name.clone())
+        .build()?;
+    let running = tokio::spawn(async move { consumer.run(CancellationToken::new()).await });
+    diesel_outbox_testkit::wait::eventually(async || {
+        Ok(watched.clone().info().await?.num_waiting > 0)
+    })
+    .await?;
+    stream.delete_consumer("shipping").await?;
+    let ended = tokio::time::timeout(Duration::from_secs(30), running).await??;
+    assert!(ended.is_err(), "{ended:?}");
+    Ok(())
+}

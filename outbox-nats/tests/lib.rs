@@ -5,3 +5,4 @@ mod consume;
 mod crash;
 mod end_to_end;
 mod publish;
+mod services;

@@ -170,6 +170,7 @@ async fn reserved_or_unroutable_configuration_is_refused() {
         .expect("stream name");
     let js = stream.jetstream().clone();
     let unroutable = JetStreamPublisher::builder(js.clone())
+        .subject_prefix("orders")
         .route("has space", 1)
         .build();
     assert!(
@@ -192,6 +193,40 @@ async fn reserved_or_unroutable_configuration_is_refused() {
             ..
         })
     ));
+    let unprefixed = JetStreamPublisher::builder(js.clone())
+        .route("order.created", 1)
+        .build();
+    assert!(
+        matches!(
+            unprefixed,
+            Err(NatsError::Config {
+                field: "subject_prefix",
+                ..
+            })
+        ),
+        "a derived subject has no default prefix: {unprefixed:?}"
+    );
+    let too_long = JetStreamPublisher::builder(js.clone())
+        .route_to("order.created", 1, "orders.created")
+        .message_id_prefix("p".repeat(diesel_outbox_nats::MAX_MESSAGE_ID_PREFIX_BYTES + 1))
+        .build();
+    assert!(
+        matches!(
+            too_long,
+            Err(NatsError::Config {
+                field: "message_id_prefix",
+                ..
+            })
+        ),
+        "ids longer than an inbox takes: {too_long:?}"
+    );
+    assert!(
+        JetStreamPublisher::builder(js.clone())
+            .route_to("order.created", 1, "orders.created")
+            .message_id_prefix("p".repeat(diesel_outbox_nats::MAX_MESSAGE_ID_PREFIX_BYTES))
+            .build()
+            .is_ok()
+    );
     let none = JetStreamPublisher::builder(js.clone()).build();
     assert!(matches!(
         none,
@@ -283,4 +318,54 @@ async fn a_stream_refusing_the_message_fails_for_good() {
         .expect_err("wrong stream");
     assert!(refused.is_permanent(), "{refused}");
     assert_eq!(stream.count().await.expect("count"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_goes_out_together_and_an_oversized_message_fails_alone() {
+    let db = PgTestDb::create("nats_batch").await.expect("database");
+    let stream = TestStream::create("nats_batch").await.expect("stream");
+    let publisher = publisher(&stream);
+    let worker = worker(&db, &publisher);
+    let max = stream.jetstream().client().server_info().max_payload;
+    let big = vec![b'x'; max.min(diesel_outbox_postgres::outbox::limits::MAX_PAYLOAD_BYTES)];
+    let mut ids = Vec::new();
+    for n in 0..20 {
+        let task = match n {
+            7 => Task::new("order.created", 1, big.clone()),
+            _ => Task::new("order.created", 1, format!("{{\"order\":{n}}}")),
+        };
+        ids.push(enqueue(&db, task).await);
+    }
+    // One round claims all twenty and hands them to the publisher at once.
+    let report = worker.retry_pending(32).await.expect("round");
+    assert_eq!((report.succeeded, report.failed), (19, 1), "{report:?}");
+    assert_eq!(stream.count().await.expect("count"), 19);
+    for (n, id) in ids.into_iter().enumerate() {
+        let record = db.store().get(id).await.expect("get");
+        if n == 7 {
+            assert_eq!(record.status, Status::Failed);
+            assert!(
+                record.last_error.contains("max payload"),
+                "{}",
+                record.last_error
+            );
+        } else {
+            assert_eq!(record.status, Status::Succeeded, "order {n}");
+        }
+    }
+    // Each message kept its own id and payload.
+    let mut orders: Vec<String> = stream
+        .messages()
+        .await
+        .expect("messages")
+        .into_iter()
+        .map(|message| String::from_utf8_lossy(&message.payload).into_owned())
+        .collect();
+    orders.sort();
+    assert_eq!(orders.len(), 19);
+    assert!(
+        orders
+            .iter()
+            .all(|payload| payload.starts_with("{\"order\":"))
+    );
 }

@@ -2,70 +2,27 @@
 //! applies each message once, through an [`Inbox`].
 
 mod dead_letter;
-mod incoming;
-pub(crate) mod metrics;
 mod process;
 
 use std::{fmt, sync::Arc, time::Duration};
 
 use async_nats::jetstream::consumer::PullConsumer;
-use diesel_outbox_core::{CancellationToken, Inbox, RetryPolicy, inbox::check_key};
+use diesel_outbox_core::{
+    CancellationToken, Inbox, RetryPolicy,
+    consume::{ConsumeFlow, ConsumerSettings},
+};
 use futures_util::StreamExt;
-use tokio::{sync::Semaphore, task::JoinSet};
+use tokio::sync::Semaphore;
 
 pub use dead_letter::{DEAD_CONSUMER, DEAD_DELIVERED, DEAD_REASON, DEAD_SEQUENCE, DeadLetter};
-pub use incoming::{ConsumeHandler, Incoming};
+pub use diesel_outbox_core::consume::{ConsumeHandler, ConsumerReport, Incoming};
 
 use crate::NatsError;
+use process::Delivered;
 
-/// What a run of the consumer did, counted per message.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ConsumerReport {
-    /// Messages applied: the handler's transaction committed, then the
-    /// message was acknowledged.
-    pub applied: u64,
-    /// Deliveries the inbox had already applied: acknowledged without
-    /// calling the handler.
-    pub duplicates: u64,
-    /// Deliveries that failed (handler, database or timeout) and were handed
-    /// back for a later redelivery.
-    pub failed: u64,
-    /// Messages given up: dead-lettered (when configured) and terminated.
-    pub dead_lettered: u64,
-}
-
-/// How one delivery ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    Applied,
-    Duplicate,
-    Failed,
-    DeadLettered,
-}
-
-impl ConsumerReport {
-    fn add(&mut self, outcome: Outcome) {
-        let slot = match outcome {
-            Outcome::Applied => &mut self.applied,
-            Outcome::Duplicate => &mut self.duplicates,
-            Outcome::Failed => &mut self.failed,
-            Outcome::DeadLettered => &mut self.dead_lettered,
-        };
-        *slot += 1;
-    }
-}
-
-/// The settings and parts each delivery shares.
-pub(crate) struct Shared<I, H> {
-    pub(crate) inbox: I,
-    pub(crate) handler: H,
-    pub(crate) name: String,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) max_deliveries: i64,
-    pub(crate) handler_timeout: Duration,
-    pub(crate) dead_letter: Option<DeadLetter>,
-}
+/// How long the server may stay silent before a consumer counts a receive
+/// error, by default.
+pub const DEFAULT_IDLE_HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// Applies each message of a durable pull consumer once, in a transaction
 /// of the consumer's database that also records it in the inbox.
@@ -76,7 +33,7 @@ pub(crate) struct Shared<I, H> {
 /// message the inbox has seen is acknowledged without the handler; the
 /// acknowledgement is sent only after the commit, so a crash in between
 /// costs a redelivery that the inbox absorbs. See the crate docs and
-/// `docs/consuming.md` for failures, shutdown and retention.
+/// [consuming.md](https://github.com/outbox-rs/outbox/blob/main/docs/consuming.md) for failures, shutdown and retention.
 ///
 /// ```no_run
 /// use async_nats::jetstream::consumer::pull;
@@ -126,20 +83,19 @@ pub(crate) struct Shared<I, H> {
 /// # }
 /// ```
 pub struct InboxConsumer<I: Inbox, H> {
-    shared: Arc<Shared<I, H>>,
+    flow: Arc<ConsumeFlow<I, H>>,
     consumer: PullConsumer,
     concurrency: usize,
+    idle_heartbeat: Duration,
+    dead_letter: Option<Arc<DeadLetter>>,
 }
 
 impl<I: Inbox, H> fmt::Debug for InboxConsumer<I, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("InboxConsumer")
-            .field("name", &self.shared.name)
             .field("concurrency", &self.concurrency)
-            .field("max_deliveries", &self.shared.max_deliveries)
-            .field("handler_timeout", &self.shared.handler_timeout)
-            .field("dead_letter", &self.shared.dead_letter)
-            .finish()
+            .field("dead_letter", &self.dead_letter)
+            .finish_non_exhaustive()
     }
 }
 
@@ -156,13 +112,14 @@ impl<I: Inbox, H: ConsumeHandler<I::Conn>> InboxConsumer<I, H> {
             retry: RetryPolicy::default(),
             max_deliveries: 5,
             handler_timeout: Duration::from_secs(30),
+            idle_heartbeat: DEFAULT_IDLE_HEARTBEAT,
             dead_letter: None,
         }
     }
 
     /// The name the inbox records messages under.
     pub fn name(&self) -> &str {
-        &self.shared.name
+        self.flow.name()
     }
 
     /// Pulls and applies messages until `shutdown` is cancelled, then stops
@@ -170,64 +127,37 @@ impl<I: Inbox, H: ConsumeHandler<I::Conn>> InboxConsumer<I, H> {
     /// acknowledged, or handed back (`-NAK`) when it fails. Messages pulled
     /// but not started are left unacknowledged and come back after the
     /// consumer's `ack_wait`. No message is ever acknowledged before its
-    /// transaction committed.
+    /// transaction committed. Each delivery is decided by the shared
+    /// [consumer flow](diesel_outbox_core::consume).
     ///
-    /// Fails only when the message stream cannot be opened or ends (the
-    /// consumer was deleted); failures of single messages are counted in the
-    /// report and logged.
+    /// A failure to receive messages (the server went away and missed its
+    /// heartbeats, the consumer was deleted) is logged, counted in
+    /// `outbox_consumer_receive_errors_total` and the report, and followed by
+    /// a pause that doubles with each failure in a row (100 ms up to 5 s),
+    /// never a tight loop. Fails only when the message stream cannot be
+    /// opened or ends.
     pub async fn run(&self, shutdown: CancellationToken) -> Result<ConsumerReport, NatsError> {
         let jetstream = |e: Box<dyn std::error::Error + Send + Sync>| NatsError::JetStream(e);
-        let mut messages = self
+        let messages = self
             .consumer
             .stream()
             .max_messages_per_batch(self.concurrency)
+            .heartbeat(self.idle_heartbeat)
+            .expires(self.idle_heartbeat * 4)
             .messages()
             .await
             .map_err(|e| jetstream(Box::new(e)))?;
-        let permits = Arc::new(Semaphore::new(self.concurrency));
-        let mut running = JoinSet::new();
-        let mut report = ConsumerReport::default();
-        let ended = loop {
-            while let Some(done) = running.try_join_next() {
-                report.add(done.unwrap_or(Outcome::Failed));
-            }
-            let permit = tokio::select! {
-                biased;
-                () = shutdown.cancelled() => break false,
-                permit = Arc::clone(&permits).acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_) => break false,
-                },
-            };
-            let next = tokio::select! {
-                biased;
-                () = shutdown.cancelled() => break false,
-                next = messages.next() => next,
-            };
-            match next {
-                None => break true,
-                Some(Err(error)) => {
-                    tracing::warn!(consumer = %self.shared.name, %error, "pulling messages failed");
-                }
-                Some(Ok(message)) => {
-                    let shared = Arc::clone(&self.shared);
-                    running.spawn(async move {
-                        let outcome = process::one(&shared, message).await;
-                        drop(permit);
-                        outcome
-                    });
-                }
-            }
-        };
-        // Stop pulling; the messages in hand finish (commit and ack, or nak).
-        drop(messages);
-        while let Some(done) = running.join_next().await {
-            report.add(done.unwrap_or(Outcome::Failed));
-        }
-        if ended {
+        let consumer: Arc<str> = Arc::from(self.flow.name());
+        let dead_letter = self.dead_letter.clone();
+        let messages = messages.map(move |message| {
+            message
+                .map(|message| Delivered::new(message, Arc::clone(&consumer), dead_letter.clone()))
+        });
+        let ran = self.flow.run(messages, self.concurrency, shutdown).await;
+        if ran.stream_ended {
             return Err(jetstream("the consumer's message stream ended".into()));
         }
-        Ok(report)
+        Ok(ran.report)
     }
 }
 
@@ -242,6 +172,7 @@ pub struct ConsumerBuilder<I: Inbox, H> {
     retry: RetryPolicy,
     max_deliveries: u32,
     handler_timeout: Duration,
+    idle_heartbeat: Duration,
     dead_letter: Option<DeadLetter>,
 }
 
@@ -277,9 +208,11 @@ impl<I: Inbox, H: ConsumeHandler<I::Conn>> ConsumerBuilder<I, H> {
         self
     }
 
-    /// Deliveries tried before a message that keeps failing retryably is
-    /// given up (default 5). A permanent failure is given up at once. Leave
-    /// the JetStream consumer's own `max_deliver` unlimited, or above this.
+    /// Deliveries tried before a message that keeps failing is given up
+    /// (default 5). A permanent failure, a database error that cannot pass
+    /// by retrying, and a message whose id the inbox cannot store are given
+    /// up at once. Leave the JetStream consumer's own `max_deliver`
+    /// unlimited, or above this.
     pub fn max_deliveries(mut self, max: u32) -> Self {
         self.max_deliveries = max;
         self
@@ -290,6 +223,17 @@ impl<I: Inbox, H: ConsumeHandler<I::Conn>> ConsumerBuilder<I, H> {
     /// back. Keep it below the JetStream consumer's `ack_wait`.
     pub fn handler_timeout(mut self, timeout: Duration) -> Self {
         self.handler_timeout = timeout;
+        self
+    }
+
+    /// How often the server sends a heartbeat while it has nothing to
+    /// deliver (default [`DEFAULT_IDLE_HEARTBEAT`], at least 100 ms): two
+    /// heartbeats missed count as a receive error, logged and counted in
+    /// `outbox_consumer_receive_errors_total`, so a server that went away
+    /// is heard of instead of waited on in silence. Pull requests expire
+    /// after four heartbeats.
+    pub fn idle_heartbeat(mut self, heartbeat: Duration) -> Self {
+        self.idle_heartbeat = heartbeat;
         self
     }
 
@@ -310,31 +254,30 @@ impl<I: Inbox, H: ConsumeHandler<I::Conn>> ConsumerBuilder<I, H> {
             None => durable_name(&self.consumer)
                 .ok_or_else(|| config("name", "the consumer is not durable: name it".into()))?,
         };
-        check_key(&name, "-").map_err(|e| config("name", e.to_string()))?;
         if self.concurrency == 0 || self.concurrency > Semaphore::MAX_PERMITS {
             return Err(config(
                 "concurrency",
                 format!("must be between 1 and {}", Semaphore::MAX_PERMITS),
             ));
         }
-        if self.max_deliveries == 0 {
-            return Err(config("max_deliveries", "must be at least 1".into()));
+        if self.idle_heartbeat < Duration::from_millis(100) {
+            return Err(config("idle_heartbeat", "must be at least 100 ms".into()));
         }
-        if self.handler_timeout.is_zero() {
-            return Err(config("handler_timeout", "must not be zero".into()));
-        }
+        let mut settings = ConsumerSettings::new(name);
+        settings.retry = self.retry;
+        settings.max_deliveries = self.max_deliveries;
+        settings.handler_timeout = self.handler_timeout;
+        let flow =
+            ConsumeFlow::new(self.inbox, self.handler, settings).map_err(|error| match error {
+                diesel_outbox_core::Error::Config { field, reason } => config(field, reason),
+                other => config("consumer", other.to_string()),
+            })?;
         Ok(InboxConsumer {
-            shared: Arc::new(Shared {
-                inbox: self.inbox,
-                handler: self.handler,
-                name,
-                retry: self.retry,
-                max_deliveries: i64::from(self.max_deliveries),
-                handler_timeout: self.handler_timeout,
-                dead_letter: self.dead_letter,
-            }),
+            flow: Arc::new(flow),
             consumer: self.consumer,
             concurrency: self.concurrency,
+            idle_heartbeat: self.idle_heartbeat,
+            dead_letter: self.dead_letter.map(Arc::new),
         })
     }
 }

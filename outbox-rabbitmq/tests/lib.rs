@@ -1,0 +1,4 @@
+//! The RabbitMQ publisher and inbox consumer against a real broker.
+
+mod consume;
+mod publish;
