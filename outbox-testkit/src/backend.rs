@@ -3,8 +3,12 @@
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
-use diesel_async::AsyncConnection;
-use diesel_outbox_core::{Inbox, Maintenance};
+use deadpool::managed::{Manager, Pool};
+use diesel_async::{
+    AsyncConnection,
+    pooled_connection::{PoolableConnection, deadpool::PoolError},
+};
+use diesel_outbox_core::{Error, Inbox, Maintenance};
 
 /// An isolated, migrated database of one backend, created per test.
 ///
@@ -15,9 +19,15 @@ use diesel_outbox_core::{Inbox, Maintenance};
 /// database is kept for inspection and its name is printed.
 pub trait TestBackend: Sized + Send + Sync + 'static {
     /// The store under test.
-    type Store: Maintenance<Conn = Self::Conn> + Inbox<Conn = Self::Conn>;
+    type Store: Maintenance<Conn = Self::Conn>
+        + Inbox<Conn = Self::Conn>
+        + diesel_outbox_sql::SqlBacked<Dialect = Self::Dialect>;
+    /// The store's backend.
+    type Dialect: diesel_outbox_sql::Dialect<Conn = Self::Conn, Manager = Self::Manager>;
     /// The backend's diesel-async connection.
-    type Conn: AsyncConnection + Send + 'static;
+    type Conn: AsyncConnection + PoolableConnection + Send + 'static;
+    /// The manager of the store's pool (diesel-async's, for [`Self::Conn`]).
+    type Manager: Manager<Type = Self::Conn, Error = diesel_async::pooled_connection::PoolError>;
 
     /// Creates a fresh database named after `test`, applies the outbox
     /// migrations and opens a store on it.
@@ -32,6 +42,20 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
 
     /// The store over this database.
     fn store(&self) -> &Self::Store;
+
+    /// The pool of [`store`](TestBackend::store).
+    fn pool(&self) -> &Pool<Self::Manager>;
+
+    /// The backend's classification of a pool's error (for the generic
+    /// helpers of `diesel-outbox-sql` that take one).
+    fn pool_error(error: PoolError) -> Error;
+
+    /// How many sessions hold a transaction open on this database while
+    /// doing nothing, transactions a caller abandoned: PostgreSQL's `idle in
+    /// transaction` sessions, MySQL's sleeping sessions with an open InnoDB
+    /// transaction. SQLite has no sessions to count: 1 when another
+    /// connection cannot take the write lock at once, 0 when it can.
+    fn abandoned_transactions(&self) -> impl Future<Output = anyhow::Result<i64>> + Send;
 
     /// Another store over this database, with a pool of its own of
     /// `pool_size` connections.
@@ -69,6 +93,11 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
 
     /// Reverts the backend's outbox migrations; returns the versions reverted.
     fn revert(&self) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
+
+    /// Statements that insert `rows` rows of the `shape` in bulk on this
+    /// backend ([`Backlog::postgres`](crate::backlog::Backlog::postgres)
+    /// and its siblings).
+    fn backlog_sql(shape: crate::backlog::Backlog, rows: u64) -> String;
 
     /// The SQL of the backend's outbox migrations, oldest first (for
     /// example `diesel_outbox_postgres::migration_sql()`).

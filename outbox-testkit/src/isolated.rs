@@ -17,9 +17,17 @@ const POOL_SIZE: usize = 8;
 /// [`Mysql`](crate::mysql::Mysql).
 pub trait Server: Send + Sync + 'static {
     /// The store under test.
-    type Store: Maintenance<Conn = Self::Conn> + Inbox<Conn = Self::Conn>;
+    type Store: Maintenance<Conn = Self::Conn>
+        + Inbox<Conn = Self::Conn>
+        + diesel_outbox_sql::SqlBacked<Dialect = Self::Dialect>;
+    /// The store's backend.
+    type Dialect: diesel_outbox_sql::Dialect<Conn = Self::Conn, Manager = Self::Manager>;
     /// The backend's diesel-async connection.
-    type Conn: AsyncConnection + SimpleAsyncConnection + Send + 'static;
+    type Conn: AsyncConnection
+        + SimpleAsyncConnection
+        + diesel_async::pooled_connection::PoolableConnection
+        + Send
+        + 'static;
 
     /// The server's name in messages.
     const NAME: &'static str;
@@ -41,10 +49,28 @@ pub trait Server: Send + Sync + 'static {
     fn open_store(url: &str, pool_size: usize) -> anyhow::Result<Self::Store>;
     /// Closes the store's pool.
     fn close_store(store: &Self::Store);
+    /// The manager of the store's pool.
+    type Manager: deadpool::managed::Manager<
+            Type = Self::Conn,
+            Error = diesel_async::pooled_connection::PoolError,
+        >;
+    /// The store's pool.
+    fn pool(store: &Self::Store) -> &deadpool::managed::Pool<Self::Manager>;
+    /// See [`TestBackend::pool_error`].
+    fn pool_error(
+        error: diesel_async::pooled_connection::deadpool::PoolError,
+    ) -> diesel_outbox_core::Error;
+    /// The `FROM` clause (after `SELECT COUNT(*) FROM`) that finds the
+    /// sessions of [`TestBackend::abandoned_transactions`] on the
+    /// connection's own database.
+    const ABANDONED_TRANSACTIONS: &'static str;
     /// Runs SQL statements on a pooled connection of `store`.
     fn execute(store: &Self::Store, sql: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
-    /// `SELECT COUNT(*) FROM <from>` on a pooled connection of `store`.
-    fn count(store: &Self::Store, from: &str) -> impl Future<Output = anyhow::Result<i64>> + Send;
+    /// `SELECT COUNT(*) FROM <from>` on `conn`.
+    fn count_on(
+        conn: &mut Self::Conn,
+        from: &str,
+    ) -> impl Future<Output = anyhow::Result<i64>> + Send;
     /// See [`TestBackend::task_ids`].
     fn task_ids(
         conn: &mut Self::Conn,
@@ -58,6 +84,39 @@ pub trait Server: Send + Sync + 'static {
     fn revert(conn: Self::Conn) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
     /// See [`TestBackend::migration_sql`].
     fn migration_sql() -> &'static [diesel_outbox_sql::MigrationSql];
+    /// See [`TestBackend::backlog_sql`].
+    fn backlog_sql(shape: crate::backlog::Backlog, rows: u64) -> String;
+    /// See [`TestBackend::instant_sql`]: a UTC date and time by default.
+    fn instant_sql(at: chrono::DateTime<chrono::Utc>) -> String {
+        format!("'{}'", at.format("%Y-%m-%d %H:%M:%S%.6f"))
+    }
+
+    // The server's own failures, for the conformance suite's database-error
+    // scenarios (`constraint_violations_are_permanent_and_carry_their_code`
+    // and its siblings): the codes the server answers with, and how a test
+    // makes it fail.
+
+    /// The code of a `CHECK` constraint's violation on the server `conn` is
+    /// connected to (which may depend on its version or fork).
+    fn check_violation_code(
+        conn: &mut Self::Conn,
+    ) -> impl Future<Output = anyhow::Result<&'static str>> + Send;
+    /// Text that the message of a violation of the `CHECK` constraint
+    /// `no_forbidden` holds exactly once.
+    const CHECK_VIOLATION_TEXT: &'static str;
+    /// The code of a unique index's violation.
+    const UNIQUE_VIOLATION_CODE: &'static str;
+    /// The code of the transaction the server chose as a deadlock's victim.
+    const DEADLOCK_CODE: &'static str;
+    /// The code of a lock wait that timed out.
+    const LOCK_TIMEOUT_CODE: &'static str;
+    /// A statement that, run first in a transaction, makes that
+    /// transaction's lock waits give up within a second.
+    const SHORT_LOCK_WAIT: &'static str;
+    /// The server's id of the session on `conn`.
+    fn session_id(conn: &mut Self::Conn) -> impl Future<Output = anyhow::Result<i64>> + Send;
+    /// A statement that ends the server's session `id`.
+    fn kill_session(id: i64) -> String;
 }
 
 /// A database of its own for one test, migrated, with a store on it.
@@ -131,7 +190,9 @@ async fn establish<S: Server>(url: &str) -> anyhow::Result<S::Conn> {
 
 impl<S: Server> TestBackend for IsolatedDb<S> {
     type Store = S::Store;
+    type Dialect = S::Dialect;
     type Conn = S::Conn;
+    type Manager = S::Manager;
 
     async fn create(test: &str) -> anyhow::Result<Self> {
         let admin_url = url::server_from_env(S::URL_VAR, S::SCHEMES, S::DEFAULT_URL);
@@ -183,6 +244,23 @@ impl<S: Server> TestBackend for IsolatedDb<S> {
         S::open_store(&self.url, pool_size)
     }
 
+    fn pool(&self) -> &deadpool::managed::Pool<S::Manager> {
+        S::pool(&self.store)
+    }
+
+    fn pool_error(
+        error: diesel_async::pooled_connection::deadpool::PoolError,
+    ) -> diesel_outbox_core::Error {
+        S::pool_error(error)
+    }
+
+    async fn abandoned_transactions(&self) -> anyhow::Result<i64> {
+        // On a connection of its own: a checkout from the store's pool
+        // would discard an abandoned connection waiting there, and so hide
+        // it.
+        S::count_on(&mut self.connect().await?, S::ABANDONED_TRANSACTIONS).await
+    }
+
     async fn connect(&self) -> anyhow::Result<S::Conn> {
         establish::<S>(&self.url).await
     }
@@ -192,7 +270,7 @@ impl<S: Server> TestBackend for IsolatedDb<S> {
     }
 
     async fn count(&self, from: &str) -> anyhow::Result<i64> {
-        S::count(&self.store, from).await
+        S::count_on(&mut *S::pool(&self.store).get().await?, from).await
     }
 
     async fn task_ids(conn: &mut S::Conn, kind: Option<&str>) -> anyhow::Result<Vec<TaskId>> {
@@ -213,6 +291,14 @@ impl<S: Server> TestBackend for IsolatedDb<S> {
 
     fn migration_sql() -> &'static [diesel_outbox_sql::MigrationSql] {
         S::migration_sql()
+    }
+
+    fn backlog_sql(shape: crate::backlog::Backlog, rows: u64) -> String {
+        S::backlog_sql(shape, rows)
+    }
+
+    fn instant_sql(at: chrono::DateTime<chrono::Utc>) -> String {
+        S::instant_sql(at)
     }
 }
 

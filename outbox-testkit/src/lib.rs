@@ -49,6 +49,9 @@ pub mod mysql;
 pub mod nats;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod private_server;
+#[cfg(feature = "rabbitmq")]
+pub mod rabbitmq;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(feature = "opentelemetry")]

@@ -15,6 +15,7 @@ pub struct Mysql;
 
 impl Server for Mysql {
     type Store = MysqlStore;
+    type Dialect = diesel_outbox_mysql::Mysql;
     type Conn = AsyncMysqlConnection;
 
     const NAME: &'static str = "MySQL";
@@ -40,15 +41,29 @@ impl Server for Mysql {
         store.pool().close();
     }
 
+    type Manager =
+        diesel_async::pooled_connection::AsyncDieselConnectionManager<AsyncMysqlConnection>;
+
+    fn pool(store: &MysqlStore) -> &deadpool::managed::Pool<Self::Manager> {
+        store.pool()
+    }
+
+    fn pool_error(
+        error: diesel_async::pooled_connection::deadpool::PoolError,
+    ) -> diesel_outbox_core::Error {
+        diesel_outbox_sql::mysql_pool_error(error)
+    }
+
+    const ABANDONED_TRANSACTIONS: &'static str = "information_schema.innodb_trx t JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id WHERE p.db = DATABASE() AND p.command = 'Sleep'";
+
     async fn execute(store: &MysqlStore, sql: &str) -> anyhow::Result<()> {
         Ok(store.pool().get().await?.batch_execute(sql).await?)
     }
 
-    async fn count(store: &MysqlStore, from: &str) -> anyhow::Result<i64> {
-        let mut conn = store.pool().get().await?;
+    async fn count_on(conn: &mut AsyncMysqlConnection, from: &str) -> anyhow::Result<i64> {
         Ok(
             diesel::sql_query(format!("SELECT COUNT(*) AS n FROM {from}"))
-                .get_result::<crate::Count>(&mut *conn)
+                .get_result::<crate::Count>(conn)
                 .await?
                 .n,
         )
@@ -86,7 +101,56 @@ impl Server for Mysql {
         Ok(revert_migrations(conn).await?)
     }
 
+    fn backlog_sql(shape: crate::backlog::Backlog, rows: u64) -> String {
+        shape.mysql(rows)
+    }
+
     fn migration_sql() -> &'static [diesel_outbox_sql::MigrationSql] {
         diesel_outbox_mysql::migration_sql()
     }
+
+    /// MariaDB's number; MySQL reports the same failure as 3819.
+    async fn check_violation_code(conn: &mut AsyncMysqlConnection) -> anyhow::Result<&'static str> {
+        let Version { version } = diesel::sql_query("SELECT VERSION() AS version")
+            .get_result(conn)
+            .await?;
+        Ok(if version.contains("MariaDB") {
+            "4025"
+        } else {
+            "3819"
+        })
+    }
+
+    /// The constraint's name: MySQL's and MariaDB's messages differ around it.
+    const CHECK_VIOLATION_TEXT: &'static str = "no_forbidden";
+    const UNIQUE_VIOLATION_CODE: &'static str = "1062";
+    const DEADLOCK_CODE: &'static str = "1213";
+    const LOCK_TIMEOUT_CODE: &'static str = "1205";
+    /// Read at each lock wait, so it applies to the transaction it runs in.
+    const SHORT_LOCK_WAIT: &'static str = "SET SESSION innodb_lock_wait_timeout = 1";
+
+    async fn session_id(conn: &mut AsyncMysqlConnection) -> anyhow::Result<i64> {
+        let ConnectionId { id } = diesel::sql_query("SELECT CONNECTION_ID() AS id")
+            .get_result(conn)
+            .await?;
+        Ok(i64::try_from(id)?)
+    }
+
+    fn kill_session(id: i64) -> String {
+        format!("KILL {id}")
+    }
+}
+
+/// The server's `VERSION()`.
+#[derive(diesel::QueryableByName)]
+struct Version {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    version: String,
+}
+
+/// A session's `CONNECTION_ID()`.
+#[derive(diesel::QueryableByName)]
+struct ConnectionId {
+    #[diesel(sql_type = diesel::sql_types::Unsigned<diesel::sql_types::BigInt>)]
+    id: u64,
 }

@@ -113,3 +113,14 @@ impl Drop for TestStream {
         });
     }
 }
+
+/// A NATS server with JetStream of a test's own (see
+/// [`PrivateServer`](crate::private_server::PrivateServer)), to kill and
+/// start again; its URL is `nats://127.0.0.1:<port>`.
+pub fn private_server(name: &str) -> anyhow::Result<crate::private_server::PrivateServer> {
+    crate::private_server::PrivateServer::start(
+        name,
+        "nats-server",
+        &["-a", "127.0.0.1", "-p", "{port}", "-js", "-sd", "{dir}"],
+    )
+}

@@ -15,6 +15,7 @@ pub struct Postgres;
 
 impl Server for Postgres {
     type Store = PgStore;
+    type Dialect = diesel_outbox_postgres::Postgres;
     type Conn = AsyncPgConnection;
 
     const NAME: &'static str = "PostgreSQL";
@@ -40,15 +41,29 @@ impl Server for Postgres {
         store.pool().close();
     }
 
+    type Manager = diesel_async::pooled_connection::AsyncDieselConnectionManager<AsyncPgConnection>;
+
+    fn pool(store: &PgStore) -> &deadpool::managed::Pool<Self::Manager> {
+        store.pool()
+    }
+
+    fn pool_error(
+        error: diesel_async::pooled_connection::deadpool::PoolError,
+    ) -> diesel_outbox_core::Error {
+        diesel_outbox_sql::postgres_pool_error(error)
+    }
+
+    const ABANDONED_TRANSACTIONS: &'static str =
+        "pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'";
+
     async fn execute(store: &PgStore, sql: &str) -> anyhow::Result<()> {
         Ok(store.pool().get().await?.batch_execute(sql).await?)
     }
 
-    async fn count(store: &PgStore, from: &str) -> anyhow::Result<i64> {
-        let mut conn = store.pool().get().await?;
+    async fn count_on(conn: &mut AsyncPgConnection, from: &str) -> anyhow::Result<i64> {
         Ok(
             diesel::sql_query(format!("SELECT COUNT(*) AS n FROM {from}"))
-                .get_result::<crate::Count>(&mut *conn)
+                .get_result::<crate::Count>(conn)
                 .await?
                 .n,
         )
@@ -86,7 +101,45 @@ impl Server for Postgres {
         Ok(revert_migrations(conn).await?)
     }
 
+    fn backlog_sql(shape: crate::backlog::Backlog, rows: u64) -> String {
+        shape.postgres(rows)
+    }
+
     fn migration_sql() -> &'static [diesel_outbox_sql::MigrationSql] {
         diesel_outbox_postgres::migration_sql()
     }
+
+    /// In UTC whatever the session's `TimeZone`.
+    fn instant_sql(at: chrono::DateTime<chrono::Utc>) -> String {
+        format!("'{}+00'::timestamptz", at.format("%Y-%m-%d %H:%M:%S%.6f"))
+    }
+
+    async fn check_violation_code(_: &mut AsyncPgConnection) -> anyhow::Result<&'static str> {
+        Ok("23514")
+    }
+
+    const CHECK_VIOLATION_TEXT: &'static str = "violates check constraint";
+    const UNIQUE_VIOLATION_CODE: &'static str = "23505";
+    const DEADLOCK_CODE: &'static str = "40P01";
+    const LOCK_TIMEOUT_CODE: &'static str = "55P03";
+    const SHORT_LOCK_WAIT: &'static str = "SET LOCAL lock_timeout = '50ms'";
+
+    async fn session_id(conn: &mut AsyncPgConnection) -> anyhow::Result<i64> {
+        let Pid { pid } = diesel::sql_query("SELECT pg_backend_pid() AS pid")
+            .get_result(conn)
+            .await?;
+        Ok(pid.into())
+    }
+
+    /// Waits up to 5 s for the backend to have exited.
+    fn kill_session(id: i64) -> String {
+        format!("SELECT pg_terminate_backend({id}, 5000)")
+    }
+}
+
+/// A session's `pg_backend_pid()`.
+#[derive(diesel::QueryableByName)]
+struct Pid {
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pid: i32,
 }

@@ -66,7 +66,10 @@ fn directory() -> PathBuf {
 
 impl TestBackend for SqliteTestDb {
     type Store = SqliteStore;
+    type Dialect = diesel_outbox_sqlite::Sqlite;
     type Conn = AsyncSqliteConnection;
+    type Manager =
+        diesel_async::pooled_connection::AsyncDieselConnectionManager<AsyncSqliteConnection>;
 
     async fn create(test: &str) -> anyhow::Result<Self> {
         let dir = directory();
@@ -108,6 +111,35 @@ impl TestBackend for SqliteTestDb {
 
     fn store_with_pool(&self, pool_size: usize) -> anyhow::Result<SqliteStore> {
         Ok(SqliteStore::connect(&self.url, pool_size)?)
+    }
+
+    fn pool(&self) -> &deadpool::managed::Pool<Self::Manager> {
+        self.store.pool()
+    }
+
+    fn pool_error(
+        error: diesel_async::pooled_connection::deadpool::PoolError,
+    ) -> diesel_outbox_core::Error {
+        diesel_outbox_sql::sqlite_pool_error(error)
+    }
+
+    async fn abandoned_transactions(&self) -> anyhow::Result<i64> {
+        // A connection of its own that does not wait: the write lock is free
+        // now, or held by a transaction nobody is running.
+        let mut conn = establish(&self.url).await?;
+        conn.batch_execute("PRAGMA busy_timeout = 0").await?;
+        match conn.batch_execute("BEGIN IMMEDIATE").await {
+            Ok(()) => {
+                conn.batch_execute("ROLLBACK").await?;
+                Ok(0)
+            }
+            Err(diesel::result::Error::DatabaseError(_, info))
+                if info.message().contains("locked") || info.message().contains("busy") =>
+            {
+                Ok(1)
+            }
+            Err(error) => Err(error.into()),
+        }
     }
 
     async fn connect(&self) -> anyhow::Result<AsyncSqliteConnection> {
@@ -162,6 +194,10 @@ impl TestBackend for SqliteTestDb {
 
     fn migration_sql() -> &'static [diesel_outbox_sql::MigrationSql] {
         diesel_outbox_sqlite::migration_sql()
+    }
+
+    fn backlog_sql(shape: crate::backlog::Backlog, rows: u64) -> String {
+        shape.sqlite(rows)
     }
 
     fn instant_sql(at: DateTime<Utc>) -> String {

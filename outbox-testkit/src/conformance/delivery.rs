@@ -1,6 +1,6 @@
 //! What reaches the handler, and what is recorded when it fails (issue proof 9).
 
-use diesel_outbox_core::{Headers, Status, handler_fn};
+use diesel_outbox_core::{Headers, Status, Store, handler_fn};
 
 use super::support::{config, enqueue_one, get, registry, task, worker};
 use crate::{TestBackend, handler};
@@ -98,5 +98,34 @@ pub async fn attempts_are_measured<B: TestBackend>(db: &B) -> anyhow::Result<()>
             .len(),
         1
     );
+    Ok(())
+}
+
+/// Each database names its outbox once, at migration: 128 bits in hex, its
+/// own (another database's differs) and the same on every read. Every
+/// delivery carries it, and its message id is `<outbox id>:<task id>`, by
+/// `send` and by a round alike.
+pub async fn deliveries_carry_their_outboxs_own_id<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let outbox = db.store().outbox_id().await?;
+    anyhow::ensure!(
+        outbox.as_str().len() == 32 && outbox.as_str().chars().all(|c| c.is_ascii_hexdigit()),
+        "not 128 bits in hex: {outbox}"
+    );
+    assert_eq!(db.store_with_pool(1)?.outbox_id().await?, outbox);
+    let other = B::create("deliveries_carry_their_outboxs_own_id_other").await?;
+    assert_ne!(other.store().outbox_id().await?, outbox);
+
+    let (mock, handle) = handler::recording();
+    let worker = worker(db, registry(mock)?, config("w"))?;
+    let sent = enqueue_one(db, task(1)).await?;
+    worker.send(sent).await?;
+    let rounded = enqueue_one(db, task(2)).await?;
+    worker.retry_pending(10).await?;
+    let deliveries = handle.deliveries();
+    assert_eq!(deliveries.len(), 2);
+    for (delivery, id) in deliveries.iter().zip([sent, rounded]) {
+        assert_eq!(delivery.outbox, outbox);
+        assert_eq!(delivery.message_id(), format!("{outbox}:{id}"));
+    }
     Ok(())
 }

@@ -13,10 +13,13 @@
 
 mod assertions;
 mod async_send;
+mod batch_handler;
 mod bounds;
 mod byte_exact_keys;
+pub mod cancellation;
 mod completion_batches;
 pub mod crash;
+mod database_errors;
 mod delivery;
 mod enqueue;
 mod failure_hook;
@@ -25,6 +28,7 @@ mod input;
 mod key_heads;
 mod leases;
 mod migrations;
+mod model;
 mod operator;
 mod ordering;
 mod pipeline;
@@ -39,9 +43,17 @@ mod transaction;
 
 pub use assertions::*;
 pub use async_send::*;
+pub use batch_handler::*;
 pub use bounds::*;
 pub use byte_exact_keys::*;
+pub use cancellation::{
+    cancelled_discards_leave_nothing_behind, cancelled_inbox_records_leave_nothing_behind,
+    cancelled_relay_shutdowns_leave_nothing_behind, cancelled_requeues_leave_nothing_behind,
+    cancelled_rounds_leave_nothing_behind, cancelled_sends_leave_nothing_behind,
+    cancelled_transaction_helpers_leave_nothing_behind,
+};
 pub use completion_batches::*;
+pub use database_errors::*;
 pub use delivery::*;
 pub use enqueue::*;
 pub use failure_hook::*;
@@ -50,6 +62,7 @@ pub use input::*;
 pub use key_heads::*;
 pub use leases::*;
 pub use migrations::*;
+pub use model::*;
 pub use operator::*;
 pub use ordering::*;
 pub use pipeline::*;
@@ -76,11 +89,23 @@ pub use transaction::*;
 /// without_row_locks)`: the one scenario that holds a row lock in another
 /// session (`SELECT ... FOR UPDATE`, which such a database has no syntax for)
 /// is left out, and every other scenario runs.
+///
+/// The first form is the database servers' ([`IsolatedDb`](crate::isolated::IsolatedDb)
+/// of a [`Server`](crate::isolated::Server)): it adds the scenarios in which
+/// the server itself fails (a constraint, a deadlock, a lock timeout, a
+/// killed session), which take the server's codes and statements from its
+/// `Server`.
 #[macro_export]
 macro_rules! conformance_tests {
     ($backend:ty) => {
         $crate::conformance_tests!($backend, without_row_locks);
         $crate::conformance_tests!(@each $backend; a_round_skips_rows_locked_elsewhere);
+        $crate::conformance_tests!(@each $backend;
+            constraint_violations_are_permanent_and_carry_their_code,
+            a_deadlock_between_two_enqueues_is_retryable,
+            a_lock_timeout_is_retryable,
+            a_connection_the_server_killed_is_retryable,
+        );
     };
     ($backend:ty, without_row_locks) => {
         $crate::conformance_tests!(@each $backend;
@@ -130,6 +155,7 @@ macro_rules! conformance_tests {
             panicking_handler_is_recorded_and_the_worker_lives,
             a_handler_panicking_before_its_future_is_recorded,
             headers_reach_the_handler_unchanged,
+            deliveries_carry_their_outboxs_own_id,
             last_error_is_cut_on_a_utf8_boundary,
             attempts_are_measured,
             transaction_sends_after_commit,
@@ -139,6 +165,7 @@ macro_rules! conformance_tests {
             poisoned_error_text_is_stored_and_neighbours_succeed,
             a_refused_result_is_isolated_and_recorded,
             an_unreadable_row_fails_alone,
+            listings_show_unreadable_rows_beside_the_others,
             claims_never_spend_attempts_unrun,
             a_released_claim_is_not_a_run,
             a_burst_of_send_async_stays_within_concurrency,
@@ -158,8 +185,10 @@ macro_rules! conformance_tests {
             listing_filters_combine_and_pages_cover_each_task_once,
             bulk_requeue_takes_matching_failed_tasks_in_batches,
             bulk_discard_lets_ordering_keys_move_on,
+            bulk_changes_take_more_ids_than_a_statement_binds,
             relay_delivers_a_scheduled_task_when_due,
             relay_rescues_a_lapsed_lease,
+            a_purge_backlog_never_holds_promotion_back,
             inbox_applies_a_message_once_per_consumer,
             inbox_record_rolls_back_with_the_effect,
             inbox_outside_a_transaction_or_with_bad_keys_is_refused,
@@ -167,6 +196,29 @@ macro_rules! conformance_tests {
             inbox_purge_deletes_old_records_in_batches,
             failure_hook_runs_once_for_each_task_failed_for_good,
             failure_hook_runs_once_under_a_relay_and_its_panics_stop_nothing,
+            cancelled_sends_leave_nothing_behind,
+            cancelled_rounds_leave_nothing_behind,
+            cancelled_discards_leave_nothing_behind,
+            cancelled_requeues_leave_nothing_behind,
+            cancelled_inbox_records_leave_nothing_behind,
+            cancelled_transaction_helpers_leave_nothing_behind,
+            cancelled_relay_shutdowns_leave_nothing_behind,
+            model_claim_by_id_decides_as_the_transitions,
+            model_batch_claim_decides_as_the_transitions,
+            model_completions_decide_as_the_transitions,
+            model_promotion_decides_as_the_transitions,
+            model_rescue_decides_as_the_transitions,
+            model_requeue_decides_as_the_transitions,
+            model_discard_decides_as_the_transitions,
+            model_enqueue_decides_as_the_transitions,
+            model_purge_keeps_what_the_rules_keep,
+            a_batch_handler_answers_each_task_of_a_claim,
+            a_batch_handler_cut_or_panicking_retries_its_whole_batch,
+            a_batch_handler_keeps_ordering_keys,
+            shutdown_mid_batch_gives_the_batch_back,
+            send_hands_a_batch_handler_a_batch_of_one,
+            the_next_batch_is_claimed_while_one_runs,
+            a_claim_taken_ahead_is_given_back_at_shutdown,
         );
         $crate::conformance_tests!(@each $backend, (flavor = "current_thread");
             migrations_are_idempotent_and_reversible,
@@ -176,27 +228,12 @@ macro_rules! conformance_tests {
             copied_migrations_count_as_applied,
         );
 
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn transaction_runs_inside_a_spawned_task() {
-            let db = <$backend as $crate::TestBackend>::create("transaction_runs_inside_a_spawned_task")
-                .await
-                .unwrap_or_else(|error| panic!("{error:#}"));
-            // `tokio::spawn` at this backend's own types: the check a
-            // handler in a web framework meets.
-            let scenario = $crate::conformance::transaction_runs_inside_a_spawned_task(
-                &db,
-                |worker, conn| {
-                    ::tokio::spawn($crate::conformance::place_order_in_a_task::<$backend>(
-                        worker, conn,
-                    ))
-                },
-            );
-            match ::tokio::time::timeout(::std::time::Duration::from_secs(120), scenario).await {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => panic!("{error:#}"),
-                Err(_) => panic!("the scenario did not finish within 120 s"),
-            }
-        }
+        // The helper spawned by `tokio::spawn` at this backend's own types:
+        // the check a handler in a web framework meets.
+        $crate::conformance_tests!(@spawned $backend;
+            transaction_runs_inside_a_spawned_task => place_order_in_a_task,
+            the_transaction_helper_runs_in_a_spawned_task => enqueue_in_a_task,
+        );
 
         /// The child process of `killed_relay_loses_nothing`: does nothing
         /// unless that test started it.
@@ -221,6 +258,25 @@ macro_rules! conformance_tests {
                 Err(_) => panic!("the scenario did not finish within 120 s"),
             }
         }
+    };
+    (@spawned $backend:ty; $($scenario:ident => $task:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                let db = <$backend as $crate::TestBackend>::create(stringify!($scenario))
+                    .await
+                    .unwrap_or_else(|error| panic!("{error:#}"));
+                let scenario = $crate::conformance::$scenario(&db, |worker, conn| {
+                    ::tokio::spawn($crate::conformance::$task::<$backend>(worker, conn))
+                });
+                let limit = ::std::time::Duration::from_secs(120);
+                match ::tokio::time::timeout(limit, scenario).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => panic!("{error:#}"),
+                    Err(_) => panic!("the scenario did not finish within {limit:?}"),
+                }
+            }
+        )*
     };
     (@each $backend:ty; $($scenario:ident),* $(,)?) => {
         $crate::conformance_tests!(

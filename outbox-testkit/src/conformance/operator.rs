@@ -299,3 +299,37 @@ pub async fn bulk_discard_lets_ordering_keys_move_on<B: TestBackend>(db: &B) -> 
     );
     Ok(())
 }
+
+/// A bulk requeue or discard takes any number of ids at once: more than
+/// every database binds in one statement (SQLite 32,766 values, PostgreSQL
+/// and MySQL 65,535), most of them naming no task.
+pub async fn bulk_changes_take_more_ids_than_a_statement_binds<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    let ids = enqueue_committed(
+        db,
+        vec![
+            task(0).ordering_key("k"),
+            task(1).ordering_key("k"),
+            task(2),
+        ],
+    )
+    .await?;
+    fail(db, &[ids[2]]).await?;
+    let first = ids[0].get();
+    let many: Vec<TaskId> = (first..first + 70_000).map(TaskId::new).collect();
+    let store = db.store();
+
+    assert_eq!(store.requeue_failed_many(&many).await?, 1, "the failed one");
+    assert_eq!(get(db, ids[2]).await?.status, Status::Available);
+    assert_eq!(store.discard_many(&many).await?, 3);
+    for id in &ids {
+        assert_eq!(get(db, *id).await?.status, Status::Discarded, "task {id}");
+    }
+    assert_eq!(
+        db.count("outbox_ordering_keys").await?,
+        0,
+        "the key is closed"
+    );
+    Ok(())
+}

@@ -11,8 +11,9 @@ use std::{
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use diesel_outbox_core::{
-    BatchRequest, CancellationToken, Delivery, Error, HandlerError, RelayConfig, RelayReport,
-    Status, Store, TaskId, Worker, WorkerConfig, handler_fn,
+    BatchRequest, CancellationToken, Delivery, Error, HandlerError, Listed, Maintenance,
+    PageRequest, RelayConfig, RelayReport, Status, Store, TaskFilter, TaskId, Worker, WorkerConfig,
+    handler_fn,
     transition::{self, Completion, Fence},
 };
 
@@ -428,5 +429,72 @@ pub async fn a_burst_of_send_async_stays_within_concurrency<B: TestBackend>(
     }
     let most = running.lock().unwrap_or_else(PoisonError::into_inner).1;
     assert!(most <= 8, "{most} handlers ran at once with concurrency 8");
+    Ok(())
+}
+
+/// A row another program wrote that cannot be read (its headers are not a
+/// string map), failed by the claim as it should be, hides none of the
+/// other failed tasks: listings return every row they can decode and show
+/// this one as unreadable (id, status, the column and why), `inspect`
+/// shows it the same way, and an operator can still discard it.
+pub async fn listings_show_unreadable_rows_beside_the_others<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    let (failing, _) = handler::failing_permanently();
+    let worker = worker(db, registry(failing)?, config("reader"))?;
+    let ids = enqueue_committed(db, vec![task(1), task(2), task(3)]).await?;
+    let bad = ids[1];
+    db.execute_sql(&format!(
+        "UPDATE outbox_tasks SET headers = '{{\"retries\": 3}}' WHERE id = {}",
+        bad.get()
+    ))
+    .await?;
+    // The claim fails the bad row with its reason; the handler fails the others.
+    worker.retry_pending(10).await?;
+    let failed = db
+        .store()
+        .list(
+            &TaskFilter::new().status(Status::Failed),
+            &PageRequest::first(10)?,
+        )
+        .await?;
+    let mut good: Vec<TaskId> = failed.records.iter().map(|record| record.id).collect();
+    good.sort();
+    assert_eq!(good, [ids[0], ids[2]], "{failed:?}");
+    assert_eq!(failed.unreadable.len(), 1, "{failed:?}");
+    let row = &failed.unreadable[0];
+    assert_eq!(
+        (row.id, row.status.as_str(), row.field),
+        (bad, "failed", "headers")
+    );
+    assert!(!row.reason.is_empty());
+    let order: Vec<TaskId> = failed.rows().iter().map(Listed::id).collect();
+    assert_eq!(order, [ids[2], ids[1], ids[0]], "newest first, all three");
+
+    let all = db
+        .store()
+        .list(&TaskFilter::new(), &PageRequest::first(2)?)
+        .await?;
+    assert_eq!(all.rows().len(), 2);
+    assert_eq!(all.next, Some(bad), "the cursor counts the unreadable row");
+    let rest = db
+        .store()
+        .list(&TaskFilter::new(), &PageRequest::first(2)?.after(bad))
+        .await?;
+    assert_eq!(
+        rest.rows().iter().map(Listed::id).collect::<Vec<_>>(),
+        [ids[0]]
+    );
+
+    match db.store().inspect(bad).await? {
+        Listed::Unreadable(shown) => assert_eq!(&shown, row),
+        other => panic!("inspect showed {other:?}"),
+    }
+    assert!(matches!(db.store().inspect(ids[0]).await?, Listed::Task(_)));
+    db.store().discard(bad).await?;
+    match db.store().inspect(bad).await? {
+        Listed::Unreadable(shown) => assert_eq!(shown.status, "discarded"),
+        other => panic!("inspect showed {other:?}"),
+    }
     Ok(())
 }

@@ -71,3 +71,65 @@ pub async fn relay_rescues_a_lapsed_lease<B: TestBackend>(db: &B) -> anyhow::Res
     assert_eq!((record.status, record.attempts), (Status::Succeeded, 2));
     Ok(())
 }
+
+/// Finished rows waiting to be purged when the purge backlog test starts.
+const PURGE_BACKLOG: u64 = 100_000;
+
+/// A backlog of 100,000 finished rows to purge (retention just switched on,
+/// say) does not hold promotion back: a task due 50 ms after the relay
+/// starts reaches its handler while most of those rows still wait to be
+/// purged, because each maintenance pass purges only a few statements
+/// before it promotes and rescues again. A shutdown then does not wait for
+/// the rest of the purge.
+pub async fn a_purge_backlog_never_holds_promotion_back<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    db.execute_sql(&B::backlog_sql(
+        crate::backlog::Backlog::Finished,
+        PURGE_BACKLOG,
+    ))
+    .await?;
+    let finished = "outbox_tasks WHERE kind = 'backlog.done'";
+    anyhow::ensure!(db.count(finished).await? == i64::try_from(PURGE_BACKLOG)?);
+    let id = enqueue_committed(
+        db,
+        vec![task(1).not_before(Utc::now() + TimeDelta::milliseconds(50))],
+    )
+    .await?[0];
+    let (mock, handle) = handler::blocking();
+    let worker = worker(db, registry(mock)?, config("relay"))?;
+    let shutdown = CancellationToken::new();
+    let relay = spawn_relay(
+        worker,
+        RelayConfig::default()
+            .poll_interval(Duration::from_millis(20))
+            .retention(Duration::from_secs(60))
+            .purge_batch(50)
+            .shutdown_timeout(Duration::from_secs(5)),
+        &shutdown,
+    )?;
+    handle.wait_for_blocked(1).await;
+    let left = db.count(finished).await?;
+    handle.release();
+    handle.wait_for_successes(1).await;
+    let stopping = Instant::now();
+    shutdown.cancel();
+    let report = relay.await?;
+    assert!(
+        left > 0,
+        "the task was promoted only after the whole purge (rows left: {left})"
+    );
+    assert_eq!(report.promoted, 1, "{report:?}");
+    assert!(
+        report.purged < PURGE_BACKLOG,
+        "the shutdown waited for the whole purge: {report:?}"
+    );
+    assert_eq!(report.errors, 0, "{report:?}");
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "the shutdown took {:?}",
+        stopping.elapsed()
+    );
+    assert_eq!(get(db, id).await?.status, Status::Succeeded);
+    Ok(())
+}

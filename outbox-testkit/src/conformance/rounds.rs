@@ -18,7 +18,13 @@ use crate::{TestBackend, handler};
 
 /// 1,000 due tasks, two workers running a round concurrently with batch 100:
 /// every task is handled exactly once, a failing kind does not stop the
-/// round, and tasks not yet due are left alone.
+/// round, tasks not yet due are left alone, and both workers take part.
+///
+/// Each worker's first delivery waits until the other worker has one
+/// running too: no worker can finish its first batch, let alone the whole
+/// round, before the other claimed some, however the two are scheduled.
+/// (No row lock is held while a handler runs, so the waiting worker never
+/// holds the other's claim back.)
 pub async fn retry_rounds_share_work_exactly_once<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let later = Utc::now() + TimeDelta::hours(1);
     let mut tasks: Vec<Task> = (0..1000).map(task).collect();
@@ -30,20 +36,50 @@ pub async fn retry_rounds_share_work_exactly_once<B: TestBackend>(db: &B) -> any
         .transaction::<_, anyhow::Error, _>(async |tx| Ok(store.enqueue_many(tx, tasks).await?))
         .await?;
 
-    let (good, good_handle) = handler::recording();
+    let handled: Arc<std::sync::Mutex<Vec<TaskId>>> = Arc::default();
+    let both_running = Arc::new(tokio::sync::Barrier::new(2));
     let (broken, broken_handle) = handler::failing(usize::MAX);
-    let registry = Registry::builder()
-        .handler(KIND, 1, good)
-        .handler("order.broken", 1, broken)
-        .build()?;
-    let first = worker(db, registry.clone(), config("worker-1"))?;
-    let second = worker(db, registry, config("worker-2"))?;
+    let registry_of = |worker_calls: Arc<AtomicUsize>| {
+        let (handled, both_running) = (Arc::clone(&handled), Arc::clone(&both_running));
+        Registry::builder()
+            .handler(
+                KIND,
+                1,
+                handler_fn(move |delivery: diesel_outbox_core::Delivery| {
+                    let (handled, both_running) = (Arc::clone(&handled), Arc::clone(&both_running));
+                    let first = worker_calls.fetch_add(1, Ordering::SeqCst) == 0;
+                    async move {
+                        if first {
+                            both_running.wait().await;
+                        }
+                        handled
+                            .lock()
+                            .map_err(|_| anyhow::anyhow!("the log was poisoned"))?
+                            .push(delivery.id);
+                        Ok(())
+                    }
+                }),
+            )
+            .handler("order.broken", 1, broken.clone())
+            .build()
+    };
+    let (calls_1, calls_2) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let first = worker(db, registry_of(Arc::clone(&calls_1))?, config("worker-1"))?;
+    let second = worker(db, registry_of(Arc::clone(&calls_2))?, config("worker-2"))?;
     let (a, b) = tokio::join!(first.retry_pending(100), second.retry_pending(100));
     let (a, b) = (a?, b?);
+    assert!(
+        calls_1.load(Ordering::SeqCst) > 0 && calls_2.load(Ordering::SeqCst) > 0,
+        "one worker did all the work: {a:?} {b:?}"
+    );
 
     let mut seen: HashMap<TaskId, usize> = HashMap::new();
-    for delivery in good_handle.deliveries() {
-        *seen.entry(delivery.id).or_default() += 1;
+    let handled = handled
+        .lock()
+        .map_err(|_| anyhow::anyhow!("the log was poisoned"))?
+        .clone();
+    for id in handled {
+        *seen.entry(id).or_default() += 1;
     }
     assert_eq!(seen.len(), 1000, "not every due task was handled");
     assert!(seen.values().all(|&n| n == 1), "a task was handled twice");
@@ -56,10 +92,7 @@ pub async fn retry_rounds_share_work_exactly_once<B: TestBackend>(db: &B) -> any
     assert_eq!(a.claimed + b.claimed, 1010);
     assert_eq!(a.succeeded + b.succeeded, 1000);
     assert_eq!(a.retried + b.retried, 10);
-    assert!(
-        a.claimed > 0 && b.claimed > 0,
-        "one worker did all the work: {a:?} {b:?}"
-    );
+    assert!(a.claimed > 0 && b.claimed > 0, "{a:?} {b:?}");
 
     for &id in &ids[..1000] {
         assert_eq!(get(db, id).await?.status, Status::Succeeded);

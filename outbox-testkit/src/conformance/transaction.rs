@@ -1,6 +1,7 @@
 //! Enqueue-then-send transactions: business rows and tasks commit together,
 //! and tasks are sent only after the commit.
 
+use anyhow::Context as _;
 use diesel_async::SimpleAsyncConnection;
 use diesel_outbox_core::{Status, Store, Task, TaskId, Worker};
 use diesel_outbox_sql::transaction;
@@ -92,6 +93,44 @@ where
     let worker = worker(db, registry(mock)?, config("w"))?;
     let id = spawn(worker.clone(), db.connect().await?).await??;
     assert_eq!(db.count("orders").await?, 1);
+    worker.wait_idle().await;
+    assert_eq!(handle.succeeded_ids(), [id]);
+    Ok(())
+}
+
+/// Enqueues one task of [`KIND`] through the helper, with nothing else in
+/// its transaction, on a worker and a connection of its own: the future
+/// [`the_transaction_helper_runs_in_a_spawned_task`] hands to `tokio::spawn`.
+pub async fn enqueue_in_a_task<B: TestBackend>(
+    worker: Worker<B::Store>,
+    mut conn: B::Conn,
+) -> anyhow::Result<TaskId> {
+    transaction(&worker, &mut conn, async |mut tx| {
+        let id = tx.enqueue(Task::new(KIND, 1, "{}")).await?;
+        anyhow::Ok(id)
+    })
+    .await
+}
+
+/// The helper each backend crate exports as its own `transaction` runs
+/// inside a spawned task, on a worker of default settings (`Worker::new`),
+/// and its task is delivered: `spawn` hands [`enqueue_in_a_task`] to
+/// `tokio::spawn`, which `conformance_tests!` writes at the backend's own
+/// types, as for [`transaction_runs_inside_a_spawned_task`].
+pub async fn the_transaction_helper_runs_in_a_spawned_task<B, F>(
+    db: &B,
+    spawn: F,
+) -> anyhow::Result<()>
+where
+    B: TestBackend,
+    F: FnOnce(Worker<B::Store>, B::Conn) -> JoinHandle<anyhow::Result<TaskId>>,
+{
+    let (mock, handle) = handler::recording();
+    let worker = Worker::new(db.store().clone(), registry(mock)?)?;
+    let id = spawn(worker.clone(), db.connect().await?)
+        .await
+        .context("the spawned task")?
+        .context("the transaction")?;
     worker.wait_idle().await;
     assert_eq!(handle.succeeded_ids(), [id]);
     Ok(())
