@@ -1,28 +1,32 @@
 //! Project tasks, run as `cargo xtask <command>`.
 //!
-//! - `migrate --database-url URL [--revert]`: apply (or revert) the outbox
-//!   migrations, the same embedded set `run_migrations` applies;
-//!   `migrate --print [--revert] [--backend postgres|mysql|sqlite]` prints their SQL.
+//! - `test [ARGS]`: every test of the workspace, after checking (and
+//!   starting, when they are down) the services the tests talk to and
+//!   installing what the browser test needs; `ARGS` go to `cargo test`.
 //! - `ci`: checks beyond the tests, such as backends compiling only when chosen.
-//! - `bench [--backend postgres|mysql|sqlite|all] [--scenario NAME,...] [--quick] [--json PATH]`:
-//!   the library against hand-written SQL in the same run, as ratios.
-//! - `demo [--backend sqlite|postgres|mysql] [--orders N] [--nats]`: an order
-//!   service on SQLite (default, nothing to start) or the local servers, with
-//!   failures injected, and a summary.
+//! - `demo [--backend sqlite|postgres|mysql] [--orders N] [--nats | --rabbitmq]`:
+//!   an order service on SQLite (default, nothing to start) or the local
+//!   servers, with failures injected, and a summary; with a broker, a
+//!   shipping service consumes its messages through the inbox (`outbox-demo`
+//!   in `tools/`, built with only the backend and the broker it runs).
+//! - `bench [--backend postgres|mysql|sqlite|all] [--scenario NAME,...] [--quick] [--no-nats] [--json PATH] [--write-docs [DIR]]`:
+//!   the library against hand-written SQL in the same run, as ratios
+//!   (`outbox-bench` in `tools/`, an optimised build unless `--quick`);
+//!   `--write-docs` rewrites the results of `docs/benchmarks.md` and its plots.
 //! - `chaos [--backend postgres|mysql] [--scenario NAME] [--quick] [--json]`:
-//!   faults injected into private servers (restarts, killed relays, NATS
-//!   down, pool exhaustion, overlapping handlers, clock skew, a hung
-//!   handler), each scenario's invariants checked and its figures reported;
-//!   with `--cluster`, the replicated topologies (Galera, PostgreSQL
-//!   failover, a JetStream cluster) instead.
+//!   faults injected into private servers, each scenario's invariants
+//!   checked and its figures reported; with `--cluster`, the replicated
+//!   topologies (`outbox-chaos` in `tools/`).
+//!
+//! Migrations are the `outbox` command's: `cargo run -p diesel-outbox-cli --
+//! migrate` (with `--inbox`, `--print`, `--revert`).
 
 use clap::{Parser, Subcommand};
 
-mod bench;
-mod chaos;
 mod ci;
-mod demo;
-mod migrate;
+mod packages;
+mod services;
+mod tool;
 
 #[derive(Debug, Parser)]
 #[command(name = "xtask", about = "Tasks for the outbox workspace")]
@@ -33,38 +37,39 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Apply the outbox migrations to a database, revert them, or print their SQL.
-    Migrate(migrate::Args),
-    /// Checks beyond the tests (dependency separation of the backends).
+    /// Check (and start) the services, install what the browser test
+    /// needs, then run every test: `cargo test --workspace ARGS`.
+    Test(Passed),
+    /// Checks beyond the tests (dependency separation of the backends, packaging).
     Ci(ci::Args),
-    /// Measure the library against hand-written SQL; prints ratios.
-    Bench(bench::Args),
     /// Run an order service on the outbox, with failures injected, and summarise.
-    Demo(demo::Args),
-    /// The demo's relay process (started by `demo`).
-    #[command(hide = true)]
-    DemoRelay(demo::ChildArgs),
+    Demo(Passed),
+    /// Measure the library against hand-written SQL; prints ratios.
+    Bench(Passed),
     /// Inject faults into private servers and check that nothing is lost.
-    Chaos(chaos::Args),
-    /// A chaos scenario's relay process (started by `chaos`).
-    #[command(hide = true)]
-    ChaosRelay(chaos::ChildArgs),
+    Chaos(Passed),
+}
+
+/// Arguments handed on unchanged (see each tool's `--help`).
+#[derive(Debug, clap::Args)]
+struct Passed {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Migrate(args) => runtime()?.block_on(migrate::run(args)),
+        Command::Test(passed) => test(&passed.args),
         Command::Ci(args) => ci::run(args),
-        Command::Bench(args) => runtime()?.block_on(bench::run(args)),
-        Command::Demo(args) => runtime()?.block_on(demo::run(args)),
-        Command::DemoRelay(args) => runtime()?.block_on(demo::run_child(args)),
-        Command::Chaos(args) => runtime()?.block_on(chaos::run(args)),
-        Command::ChaosRelay(args) => runtime()?.block_on(chaos::run_child(args)),
+        Command::Demo(passed) => tool::demo(&passed.args),
+        Command::Bench(passed) => tool::bench(&passed.args),
+        Command::Chaos(passed) => tool::chaos(&passed.args),
     }
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?)
+/// `cargo xtask test`: what the tests need, then the tests.
+fn test(args: &[String]) -> anyhow::Result<()> {
+    services::ensure_all()?;
+    packages::ensure(&packages::BROWSER)?;
+    tool::cargo(&["test", "--workspace"], args)
 }

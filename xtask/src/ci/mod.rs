@@ -22,5 +22,5 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 
 /// The cargo that runs this xtask, so checks use the same toolchain.
 fn cargo() -> String {
-    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
+    crate::tool::cargo_program()
 }

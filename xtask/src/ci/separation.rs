@@ -2,7 +2,8 @@
 //! build `mysql_async` or SQLite (`libsqlite3-sys`), `diesel-outbox-mysql` must not
 //! build `tokio-postgres` or SQLite, and `diesel-outbox-sqlite` must build neither
 //! server driver. The `outbox` command built with one backend feature builds
-//! only that backend's driver.
+//! only that backend's driver, and the demo on its default (SQLite) builds
+//! no server's client at all.
 
 use std::process::Command;
 
@@ -33,8 +34,28 @@ const CLI_FEATURES: [(&str, &str); 3] = [
     ("sqlite", "libsqlite3-sys"),
 ];
 
+/// What `cargo xtask demo` builds by default (SQLite) must not build.
+const DEMO_FORBIDDEN: [&str; 3] = ["tokio-postgres", "mysql_async", "async-nats"];
+
 /// Fails when a backend pulls in another backend's driver.
 pub(crate) fn check() -> anyhow::Result<()> {
+    let demo = cargo_tree_with(
+        "outbox-tools",
+        &["--no-default-features", "--features", "demo,sqlite"],
+    )?;
+    for forbidden in DEMO_FORBIDDEN {
+        if let Some(line) = demo
+            .lines()
+            .find(|line| line.starts_with(&format!("{forbidden} ")))
+        {
+            bail!("the demo on SQLite builds {forbidden} ({line})");
+        }
+    }
+    ensure!(
+        demo.lines().any(|line| line.starts_with("libsqlite3-sys ")),
+        "the demo's cargo tree does not list libsqlite3-sys"
+    );
+    eprintln!("ok: the demo on SQLite builds no server's client");
     for (feature, driver) in CLI_FEATURES {
         let tree = cargo_tree_with(
             "diesel-outbox-cli",

@@ -1,0 +1,250 @@
+//! Scenario 2: draining a backlog, library vs a hand-written claim loop.
+
+use std::{
+    future::Future,
+    time::{Duration, Instant},
+};
+
+use diesel_outbox_core::{Registry, Relay, RelayConfig, Worker, WorkerConfig};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    Plan,
+    counting::Counting,
+    figure::{CPU_UNIT, Cpu, Figure, Plot},
+    raw::{Prepare, Raw},
+    stats::{median, process_cpu},
+};
+
+const KIND: &str = "bench.noop";
+const BATCH: usize = 100;
+const WORKERS: usize = 2;
+
+fn workers<B: Raw>(db: &B, handler: &Counting) -> anyhow::Result<Vec<Worker<B::Store>>> {
+    let registry = Registry::builder()
+        .handler(KIND, 1, handler.clone())
+        .build()?;
+    (0..WORKERS)
+        .map(|n| {
+            let config = WorkerConfig::default()
+                .owner(format!("bench-{n}"))
+                .concurrency(BATCH);
+            Ok(Worker::with_config(
+                db.store().clone(),
+                registry.clone(),
+                config,
+            )?)
+        })
+        .collect()
+}
+
+/// Tasks/s of two workers each running one `retry_pending(100)` round.
+async fn rounds<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<f64> {
+    let handler = Counting::default();
+    let workers = workers(db, &handler)?;
+    let started = Instant::now();
+    let reports =
+        futures_util::future::try_join_all(workers.iter().map(|w| w.retry_pending(BATCH))).await?;
+    let took = started.elapsed();
+    let handled: u64 = reports.iter().map(|r| r.succeeded).sum();
+    anyhow::ensure!(
+        handled == tasks,
+        "rounds handled {handled} of {tasks} tasks"
+    );
+    Ok(tasks as f64 / took.as_secs_f64())
+}
+
+/// Tasks/s of two relays until every task was handled.
+async fn relays<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<f64> {
+    let handler = Counting::default();
+    let shutdown = CancellationToken::new();
+    let config = RelayConfig::default()
+        .batch_size(BATCH)
+        .poll_interval(Duration::from_millis(100))
+        .retention(None);
+    let started = Instant::now();
+    let mut running = Vec::new();
+    for worker in workers(db, &handler)? {
+        let relay = Relay::new(worker, config.clone())?;
+        let shutdown = shutdown.clone();
+        running.push(tokio::spawn(async move { relay.run(shutdown).await }));
+    }
+    handler.wait_for(usize::try_from(tasks)?).await;
+    shutdown.cancel();
+    for relay in running {
+        relay.await?;
+    }
+    // Every result is written once run returns: that is the end of the drain.
+    Ok(tasks as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Tasks/s of the hand-written claim + complete loop on two connections,
+/// claims of up to `batch`, until `tasks` pending tasks are handled. Each
+/// connection claims after the last id it took, and stops once a claim from
+/// the lowest id finds nothing.
+pub(crate) async fn raw_loop<B: Raw>(
+    db: &B,
+    tasks: u64,
+    batch: usize,
+    prepare: Prepare,
+) -> anyhow::Result<f64> {
+    let batch = i64::try_from(batch)?;
+    let connect = (0..WORKERS).map(|_| db.drain_connection());
+    let conns = futures_util::future::try_join_all(connect).await?;
+    let started = Instant::now();
+    let loops = conns.into_iter().map(|mut conn| async move {
+        let (mut handled, mut after) = (0, 0);
+        loop {
+            let ids = B::drain_batch(&mut conn, batch, after, prepare).await?;
+            match ids.last() {
+                Some(&last) => (handled, after) = (handled + ids.len(), last),
+                // `SKIP LOCKED` passes over rows another transaction holds
+                // (and MariaDB was seen passing over a row no other claim
+                // took), so nothing past the cursor does not mean nothing
+                // is left: look from the lowest id once more before
+                // stopping.
+                None if after > 0 => after = 0,
+                None => return anyhow::Ok(handled),
+            }
+        }
+    });
+    let handled: usize = futures_util::future::try_join_all(loops)
+        .await?
+        .iter()
+        .sum();
+    anyhow::ensure!(
+        handled as u64 == tasks,
+        "the raw loop handled {handled} of {tasks} tasks"
+    );
+    Ok(tasks as f64 / started.elapsed().as_secs_f64())
+}
+
+async fn fresh<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<()> {
+    db.reset().await?;
+    db.fill_pending(tasks, KIND).await?;
+    db.analyze().await
+}
+
+/// A drain's rate, and the CPU time this process spent on it per task
+/// (whatever else `drain` does before it starts its clock included).
+pub(crate) async fn timed(
+    tasks: u64,
+    drain: impl Future<Output = anyhow::Result<f64>>,
+    rates: &mut Vec<f64>,
+    cpu: &mut Vec<f64>,
+) -> anyhow::Result<()> {
+    let before = process_cpu();
+    rates.push(drain.await?);
+    cpu.push((process_cpu() - before).as_secs_f64() * 1e6 / tasks as f64);
+    Ok(())
+}
+
+/// Rounds, relays and the raw loop over the same backlog, interleaved.
+pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<Figure>> {
+    let tasks = plan.backlog;
+    let (mut by_rounds, mut by_relays, mut by_raw) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cpu_rounds, mut cpu_relays, mut cpu_raw) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut by_raw_each_call, mut cpu_raw_each_call) = (Vec::new(), Vec::new());
+    for _ in 0..plan.runs {
+        fresh(db, tasks).await?;
+        timed(tasks, rounds(db, tasks), &mut by_rounds, &mut cpu_rounds).await?;
+        fresh(db, tasks).await?;
+        let once = raw_loop(db, tasks, BATCH, Prepare::Once);
+        timed(tasks, once, &mut by_raw, &mut cpu_raw).await?;
+        fresh(db, tasks).await?;
+        let each_call = raw_loop(db, tasks, BATCH, Prepare::EachCall);
+        timed(
+            tasks,
+            each_call,
+            &mut by_raw_each_call,
+            &mut cpu_raw_each_call,
+        )
+        .await?;
+        fresh(db, tasks).await?;
+        timed(tasks, relays(db, tasks), &mut by_relays, &mut cpu_relays).await?;
+    }
+    let cpu_raw = median(&cpu_raw);
+    let (cpu_rounds, cpu_relays) = (median(&cpu_rounds), median(&cpu_relays));
+    let cpu_raw_each_call = median(&cpu_raw_each_call);
+    let cpu = |scenario: String, library: f64| Figure {
+        backend: B::NAME,
+        scenario,
+        unit: CPU_UNIT,
+        library,
+        baseline: cpu_raw,
+        ratio: library / cpu_raw,
+        higher_is_better: false,
+        runs: plan.runs,
+        target: None,
+        baseline_name: "raw loop, prepared once",
+        cpu: None,
+        plot: Plot::None,
+    };
+    let cpu_figures = [
+        cpu(
+            format!("drain {tasks}: this process's CPU per task, rounds"),
+            cpu_rounds,
+        ),
+        cpu(
+            format!("drain {tasks}: this process's CPU per task, relays"),
+            cpu_relays,
+        ),
+        cpu(
+            format!("drain {tasks}: this process's CPU per task, raw loop on every call"),
+            cpu_raw_each_call,
+        ),
+    ];
+    let raw = median(&by_raw);
+    let against_raw = |library: f64| Cpu {
+        library,
+        baseline: Some(cpu_raw),
+    };
+    let figure = |scenario: String, library: f64, target: f64, cpu: f64, plot| Figure {
+        backend: B::NAME,
+        scenario,
+        unit: "tasks/s",
+        library,
+        baseline: raw,
+        ratio: library / raw,
+        higher_is_better: true,
+        runs: plan.runs,
+        target: Some(target),
+        baseline_name: "raw claim + complete loop, prepared once",
+        cpu: Some(against_raw(cpu)),
+        plot,
+    };
+    let each_call = median(&by_raw_each_call);
+    Ok([
+        figure(
+            format!("drain {tasks}: retry_pending(100) on 2 workers"),
+            median(&by_rounds),
+            0.85,
+            cpu_rounds,
+            Plot::Throughput("drain: retry_pending(100) on 2 workers"),
+        ),
+        figure(
+            format!("drain {tasks}: 2 relays, batch 100"),
+            median(&by_relays),
+            0.90,
+            cpu_relays,
+            Plot::Throughput("drain: 2 relays, batch 100"),
+        ),
+        Figure {
+            backend: B::NAME,
+            scenario: format!("drain {tasks}: the raw loop prepared on every call (sql_query)"),
+            unit: "tasks/s",
+            library: each_call,
+            baseline: raw,
+            ratio: each_call / raw,
+            higher_is_better: true,
+            runs: plan.runs,
+            target: None,
+            baseline_name: "raw claim + complete loop, prepared once",
+            cpu: Some(against_raw(cpu_raw_each_call)),
+            plot: Plot::None,
+        },
+    ]
+    .into_iter()
+    .chain(cpu_figures)
+    .collect())
+}

@@ -1,0 +1,432 @@
+//! `cargo xtask bench` (the `outbox-bench` binary): this project against
+//! hand-written SQL, in one run.
+//!
+//! Each scenario runs the library and its baseline interleaved (A B A B ...)
+//! on a database of its own, and reports medians and their ratio; absolute
+//! numbers drift on shared machines, ratios hold.
+//!
+//! With `--write-docs`, the run's figures also replace the results section
+//! of `docs/benchmarks.md` and its plots in `docs/bench/` (see [`docs`]).
+
+mod counting;
+mod docs;
+mod drain;
+mod enqueue;
+mod figure;
+mod latency;
+#[cfg(feature = "nats")]
+mod nats;
+mod plot;
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
+mod publishing;
+#[cfg(feature = "rabbitmq")]
+mod rabbitmq;
+mod scale;
+mod server;
+
+use std::{path::PathBuf, time::Instant};
+
+use anyhow::Context as _;
+use clap::Parser;
+use outbox_tools::{raw, stats};
+
+use self::{figure::Figure, latency::Latencies, raw::Raw, server::Server};
+
+/// Where `--write-docs` writes when given no directory: the workspace's
+/// `docs`.
+const DOCS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs");
+
+/// Which backends to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Backend {
+    /// PostgreSQL only.
+    Postgres,
+    /// MySQL/MariaDB only.
+    Mysql,
+    /// SQLite only (a temporary file, no server).
+    Sqlite,
+    /// All three.
+    All,
+}
+
+/// Arguments of `bench`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "outbox-bench",
+    about = "Measure the library against hand-written SQL; prints ratios"
+)]
+pub(crate) struct Args {
+    /// Which backends to measure.
+    #[arg(long, value_enum, default_value = "all")]
+    backend: Backend,
+    /// Smaller sizes and fewer runs: a smoke check in under a minute per backend.
+    #[arg(long)]
+    quick: bool,
+    /// Also write every figure as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Skip the JetStream scenario.
+    #[arg(long)]
+    no_nats: bool,
+    /// Skip the RabbitMQ scenario.
+    #[arg(long)]
+    no_rabbitmq: bool,
+    /// Run only these scenarios (repeat the flag, or separate with commas);
+    /// all when not given. For profiling one of them; the table and the
+    /// JSON then hold only their figures.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    scenario: Vec<Scenario>,
+    /// After the run, rewrite the results section of DIR/benchmarks.md
+    /// (between its `<!-- bench-results:begin -->` and
+    /// `<!-- bench-results:end -->` lines) with this run's figures, and
+    /// draw its plots into DIR/bench/. DIR is the workspace's `docs` when
+    /// not given. Refused for a --quick run or one of fewer backends or
+    /// scenarios than all, unless allowed below.
+    #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = DOCS)]
+    write_docs: Option<PathBuf>,
+    /// Let --write-docs write a --quick run's figures, marked as quick (for
+    /// checking the output on a scratch copy; never commit them).
+    #[arg(long, requires = "write_docs")]
+    allow_quick_docs: bool,
+    /// Let --write-docs write a run of fewer backends or scenarios than
+    /// all, marked as partial.
+    #[arg(long, requires = "write_docs")]
+    allow_partial_docs: bool,
+    /// The command the docs say ran the bench (`cargo xtask bench` passes
+    /// its own name).
+    #[arg(long, hide = true)]
+    invoked_as: Option<String>,
+}
+
+/// One scenario of the bench.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Scenario {
+    /// Order + enqueue, and enqueue_many, against hand-written inserts.
+    Enqueue,
+    /// Draining a backlog: rounds and relays against a hand-written loop.
+    Drain,
+    /// Commit to handler start: send_async, NOTIFY, polling.
+    Latency,
+    /// Claim cost beside each backlog shape.
+    Scale,
+    /// JetStream publishing through the relay against raw async-nats, a
+    /// hand-written publisher and the raw drain loop alone.
+    Nats,
+    /// RabbitMQ publishing through the relay against raw lapin and a
+    /// hand-written publisher, with confirms in flight.
+    Rabbitmq,
+}
+
+/// Sizes and repetitions.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    /// Runs per A/B pair (the median is reported).
+    pub(crate) runs: usize,
+    /// Business transactions per enqueue run.
+    pub(crate) transactions: usize,
+    /// Pending tasks per drain run.
+    pub(crate) backlog: u64,
+    /// Tasks per latency scenario.
+    pub(crate) latency_tasks: usize,
+    /// Waiting rows (not due, or in backoff) for the scale scenarios.
+    pub(crate) waiting: u64,
+    /// Rows of one ordering key (blocked, or succeeded) for the scale scenarios.
+    pub(crate) keyed: u64,
+    /// Finished rows for the scale scenarios.
+    pub(crate) finished: u64,
+    /// Claims per table in each scale scenario.
+    pub(crate) claims: usize,
+    /// Tasks per broker run (JetStream, RabbitMQ).
+    #[cfg_attr(not(any(feature = "nats", feature = "rabbitmq")), allow(dead_code))]
+    pub(crate) nats_tasks: u64,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Self {
+        if quick {
+            Self {
+                runs: 3,
+                transactions: 300,
+                backlog: 5_000,
+                latency_tasks: 300,
+                waiting: 20_000,
+                keyed: 10_000,
+                finished: 100_000,
+                claims: 20,
+                nats_tasks: 1_000,
+            }
+        } else {
+            Self {
+                runs: 5,
+                transactions: 2_000,
+                backlog: 100_000,
+                latency_tasks: 5_000,
+                waiting: 200_000,
+                keyed: 100_000,
+                finished: 1_000_000,
+                claims: 50,
+                nats_tasks: 10_000,
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Results {
+    pub(crate) figures: Vec<Figure>,
+    pub(crate) latencies: Vec<Latencies>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let plan = Plan::new(args.quick);
+    let only = Only(args.scenario.clone());
+    if only.0.contains(&Scenario::Nats) && (args.no_nats || !cfg!(feature = "nats")) {
+        anyhow::bail!(
+            "--scenario nats needs JetStream: drop --no-nats (and build with the `nats` feature)"
+        );
+    }
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    if only.0.contains(&Scenario::Rabbitmq) && (args.no_rabbitmq || !cfg!(feature = "rabbitmq")) {
+        anyhow::bail!(
+            "--scenario rabbitmq needs RabbitMQ: drop --no-rabbitmq (and build with the `rabbitmq` feature)"
+        );
+    }
+    let with_nats = !args.no_nats && cfg!(feature = "nats");
+    let with_rabbitmq = !args.no_rabbitmq && cfg!(feature = "rabbitmq");
+    let mut meta = match &args.write_docs {
+        Some(dir) => {
+            let gaps = docs::gaps(args.backend, &args.scenario, with_nats, with_rabbitmq);
+            if let Some(refusal) = docs::refusal(
+                args.quick,
+                args.allow_quick_docs,
+                &gaps,
+                args.allow_partial_docs,
+            ) {
+                anyhow::bail!(refusal);
+            }
+            // Before the run, so that a long run is not spent for nothing.
+            docs::check(dir)?;
+            let passed: Vec<String> = std::env::args().skip(1).collect();
+            let command = docs::command(args.invoked_as.as_deref(), &passed);
+            Some(docs::Meta::start(command, args.quick, gaps, profile, &plan))
+        }
+        None => None,
+    };
+    eprintln!(
+        "bench: {} mode, {profile} build, {} runs per figure",
+        if args.quick { "quick" } else { "full" },
+        plan.runs
+    );
+    let brokers = Brokers {
+        nats: with_nats,
+        rabbitmq: with_rabbitmq,
+    };
+    let mut results = Results::default();
+    let started = Instant::now();
+    if matches!(args.backend, Backend::Postgres | Backend::All) {
+        #[cfg(feature = "postgres")]
+        backend::<diesel_outbox_testkit::postgres::PgTestDb>(
+            &plan,
+            &only,
+            brokers,
+            &mut results,
+            meta.as_mut(),
+        )
+        .await?;
+        #[cfg(not(feature = "postgres"))]
+        anyhow::bail!("outbox-bench was built without the `postgres` feature");
+    }
+    if matches!(args.backend, Backend::Mysql | Backend::All) {
+        #[cfg(feature = "mysql")]
+        backend::<diesel_outbox_testkit::mysql::MysqlTestDb>(
+            &plan,
+            &only,
+            brokers,
+            &mut results,
+            meta.as_mut(),
+        )
+        .await?;
+        #[cfg(not(feature = "mysql"))]
+        anyhow::bail!("outbox-bench was built without the `mysql` feature");
+    }
+    if matches!(args.backend, Backend::Sqlite | Backend::All) {
+        #[cfg(feature = "sqlite")]
+        backend::<diesel_outbox_testkit::sqlite::SqliteTestDb>(
+            &plan,
+            &only,
+            brokers,
+            &mut results,
+            meta.as_mut(),
+        )
+        .await?;
+        #[cfg(not(feature = "sqlite"))]
+        anyhow::bail!("outbox-bench was built without the `sqlite` feature");
+    }
+    let seconds = started.elapsed().as_secs();
+    print_table(&results, profile, seconds);
+    if let Some(path) = args.json {
+        let json = serde_json::json!({
+            "profile": profile,
+            "quick": args.quick,
+            "figures": results.figures.iter().map(Figure::json).collect::<Vec<_>>(),
+            "latencies": results.latencies.iter().map(Latencies::json).collect::<Vec<_>>(),
+        });
+        std::fs::write(&path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("bench: wrote {}", path.display());
+    }
+    if let (Some(dir), Some(mut meta)) = (&args.write_docs, meta) {
+        meta.seconds = seconds;
+        #[cfg(feature = "nats")]
+        if with_nats && only.runs(Scenario::Nats) {
+            match server::nats().await {
+                Ok(server) => meta.servers.push(("nats", server)),
+                Err(error) => eprintln!("bench: the NATS server's version: {error:#}"),
+            }
+        }
+        for path in docs::write(dir, &results, &meta)? {
+            eprintln!("bench: wrote {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// The brokers a run measures.
+#[derive(Debug, Clone, Copy)]
+struct Brokers {
+    nats: bool,
+    rabbitmq: bool,
+}
+
+/// The scenarios asked for; all when none was named.
+struct Only(Vec<Scenario>);
+
+impl Only {
+    fn runs(&self, scenario: Scenario) -> bool {
+        self.0.is_empty() || self.0.contains(&scenario)
+    }
+}
+
+async fn backend<B: Raw + Server>(
+    plan: &Plan,
+    only: &Only,
+    brokers: Brokers,
+    results: &mut Results,
+    meta: Option<&mut docs::Meta>,
+) -> anyhow::Result<()> {
+    let step = |name: &str| eprintln!("bench: {} {name}", B::NAME);
+    let db = B::create("bench").await?;
+    if let Some(meta) = meta {
+        match db.server().await {
+            Ok(server) => meta.servers.push((B::NAME, server)),
+            Err(error) => eprintln!("bench: the {} server's version: {error:#}", B::NAME),
+        }
+    }
+    db.create_orders().await?;
+    if only.runs(Scenario::Enqueue) {
+        step("enqueue");
+        results.figures.extend(enqueue::measure(&db, plan).await?);
+    }
+    if only.runs(Scenario::Drain) {
+        step("drain");
+        results.figures.extend(drain::measure(&db, plan).await?);
+    }
+    if only.runs(Scenario::Latency) {
+        step("latency");
+        results.latencies.extend(latency::measure(&db, plan).await?);
+    }
+    if only.runs(Scenario::Scale) {
+        step("scale");
+        let due_only = B::create("bench_due_only").await?;
+        due_only.create_orders().await?;
+        let shaped = B::create("bench_scale").await?;
+        shaped.create_orders().await?;
+        results
+            .figures
+            .extend(scale::measure(&due_only, &shaped, plan).await?);
+        drop((due_only, shaped));
+    }
+    if brokers.nats && only.runs(Scenario::Nats) {
+        #[cfg(feature = "nats")]
+        {
+            step("nats");
+            results.figures.extend(nats::measure(&db, plan).await?);
+        }
+    }
+    if brokers.rabbitmq && only.runs(Scenario::Rabbitmq) {
+        #[cfg(feature = "rabbitmq")]
+        {
+            step("rabbitmq");
+            results.figures.extend(rabbitmq::measure(&db, plan).await?);
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::print_stdout)] // the table is the command's output
+fn print_table(results: &Results, profile: &str, seconds: u64) {
+    println!();
+    println!("| backend | scenario | library | baseline | ratio | target | runs |");
+    println!("|---|---|---|---|---|---|---|");
+    for f in &results.figures {
+        let reads = if f.higher_is_better {
+            "library/baseline rate"
+        } else {
+            "library/baseline cost"
+        };
+        let target = match (f.target, f.meets()) {
+            (Some(t), Some(true)) => format!(
+                "{} {t:.2} (met)",
+                if f.higher_is_better { ">=" } else { "<=" }
+            ),
+            (Some(t), _) => format!(
+                "{} {t:.2} (missed)",
+                if f.higher_is_better { ">=" } else { "<=" }
+            ),
+            (None, _) => "-".into(),
+        };
+        println!(
+            "| {} | {} | {:.1} {} | {:.1} ({}) | {:.3} ({reads}) | {target} | {} |",
+            f.backend, f.scenario, f.library, f.unit, f.baseline, f.baseline_name, f.ratio, f.runs
+        );
+    }
+    println!();
+    println!(
+        "| backend | latency, commit to handler start | p50 ms | p99 ms | max ms | p99 target | tasks |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for l in &results.latencies {
+        let target = l.target_p99_ms.map_or_else(
+            || "-".to_owned(),
+            |t| {
+                format!(
+                    "< {t:.0} ms ({})",
+                    if l.p(0.99) < t { "met" } else { "missed" }
+                )
+            },
+        );
+        println!(
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {target} | {} |",
+            l.backend,
+            l.scenario,
+            l.p(0.5),
+            l.p(0.99),
+            l.p(1.0),
+            l.samples.len()
+        );
+    }
+    println!();
+    println!("{profile} build; took {seconds} s");
+}

@@ -1,0 +1,96 @@
+//! Private server instances, started for this run and never shared: a
+//! PostgreSQL cluster, a MariaDB server (or a Galera cluster of them), a
+//! NATS server and a RabbitMQ broker, each on a free port with its data under the run directory.
+
+#[cfg(feature = "mysql")]
+pub(crate) mod galera;
+#[cfg(feature = "mysql")]
+pub(crate) mod mariadb;
+#[cfg(feature = "nats")]
+pub(crate) mod nats;
+#[cfg(feature = "nats")]
+pub(crate) mod nats_cluster;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
+#[cfg(feature = "rabbitmq")]
+pub(crate) mod rabbitmq;
+
+use std::{future::Future, net::TcpListener, time::Duration};
+
+use anyhow::Context as _;
+
+use super::run_dir::RunDir;
+
+/// A database server the scenarios may crash and start again.
+pub(crate) trait DbServer: Send + Sync + Sized + 'static {
+    /// Initialises a data directory under `run` and starts the server.
+    fn start(run: &RunDir) -> impl Future<Output = anyhow::Result<Self>> + Send;
+
+    /// URL of a database `name` on this server (created or not).
+    fn url(&self, name: &str) -> String;
+
+    /// URL of the administrative database that always exists.
+    fn admin_url(&self) -> String;
+
+    /// Ends the server the hard way: PostgreSQL's immediate shutdown (no
+    /// checkpoint, crash recovery at the next start), SIGKILL of `mariadbd`.
+    fn crash(&mut self) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// Starts the server again on the same data and port, and waits until it
+    /// accepts connections.
+    fn restart(&mut self, run: &RunDir) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// What the crash does, for the report.
+    const CRASH: &'static str;
+}
+
+/// A TCP port on 127.0.0.1 that nothing listens on right now.
+pub(crate) fn free_port() -> anyhow::Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Polls `ready` every 20 ms until it succeeds, for at most `limit`; the
+/// last error says why not.
+pub(crate) async fn wait_until<F, Fut>(
+    what: &str,
+    limit: Duration,
+    mut ready: F,
+) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let error = match ready().await {
+            Ok(()) => return Ok(()),
+            Err(error) => error,
+        };
+        if tokio::time::Instant::now() >= deadline {
+            return Err(error.context(format!("{what} not ready after {limit:?}")));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `(uid, gid)` of the system user `name`, from `/etc/passwd`.
+pub(crate) fn system_user(name: &str) -> anyhow::Result<(u32, u32)> {
+    let passwd = std::fs::read_to_string("/etc/passwd").context("reading /etc/passwd")?;
+    passwd
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(':').collect();
+            (fields.first() == Some(&name) && fields.len() > 3)
+                .then(|| Some((fields[2].parse().ok()?, fields[3].parse().ok()?)))
+                .flatten()
+        })
+        .next()
+        .with_context(|| format!("no system user {name}"))
+}
+
+/// Whether this process runs as root (servers refuse to).
+pub(crate) fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata("/proc/self").is_ok_and(|meta| meta.uid() == 0)
+}

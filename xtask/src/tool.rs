@@ -1,0 +1,147 @@
+//! Running the project's tools (the programs of `tools/`) through cargo,
+//! each built with only the features the command line asks for.
+
+use std::process::Command;
+
+use anyhow::{Context as _, ensure};
+
+/// The cargo that runs this xtask, so tools build with the same toolchain.
+pub(crate) fn cargo_program() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
+}
+
+/// Runs `cargo FIRST... -- REST...` (no `--` when `rest` is empty) and fails
+/// when it fails.
+pub(crate) fn cargo(first: &[&str], rest: &[String]) -> anyhow::Result<()> {
+    let mut command = Command::new(cargo_program());
+    command.args(first);
+    command.args(rest);
+    let status = command
+        .status()
+        .with_context(|| format!("running cargo {}", first.join(" ")))?;
+    ensure!(
+        status.success(),
+        "cargo {} failed: {status}",
+        first.join(" ")
+    );
+    Ok(())
+}
+
+/// Runs the tool `program` (a binary of `outbox-tools`, whose feature is
+/// `tool`), built with `features` beside it only (and optimised with
+/// `release`), with `args`.
+fn run(
+    program: &str,
+    tool: &str,
+    features: &[&str],
+    release: bool,
+    args: &[String],
+) -> anyhow::Result<()> {
+    let features = std::iter::once(tool)
+        .chain(features.iter().copied())
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut first = vec![
+        "run",
+        "--quiet",
+        "--package",
+        "outbox-tools",
+        "--bin",
+        program,
+        "--no-default-features",
+        "--features",
+        &features,
+    ];
+    if release {
+        first.push("--release");
+    }
+    first.push("--");
+    cargo(&first, args)
+}
+
+/// The value of `--NAME VALUE` or `--NAME=VALUE` in `args`.
+fn value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    let flag = format!("--{name}");
+    let inline = format!("--{name}=");
+    args.iter().enumerate().find_map(|(i, arg)| {
+        if *arg == flag {
+            args.get(i + 1).map(String::as_str)
+        } else {
+            arg.strip_prefix(&inline)
+        }
+    })
+}
+
+fn has(args: &[String], flag: &str) -> bool {
+    args.iter().any(|arg| arg == flag)
+}
+
+/// `cargo xtask demo`: the demo with the one backend it runs on (SQLite by
+/// default), and a broker only when asked for.
+pub(crate) fn demo(args: &[String]) -> anyhow::Result<()> {
+    let mut features = vec![value(args, "backend").unwrap_or("sqlite")];
+    if has(args, "--nats") {
+        features.push("nats");
+    }
+    if has(args, "--rabbitmq") {
+        features.push("rabbitmq");
+    }
+    run("outbox-demo", "demo", &features, false, args)
+}
+
+/// `cargo xtask bench`: optimised unless `--quick` (a smoke check), with the
+/// backends `--backend` names (all by default) and JetStream unless
+/// `--no-nats`. The bench is told it ran as `cargo xtask bench`, the
+/// command `--write-docs` records.
+pub(crate) fn bench(args: &[String]) -> anyhow::Result<()> {
+    let mut features = match value(args, "backend").unwrap_or("all") {
+        "all" => vec!["postgres", "mysql", "sqlite"],
+        one => vec![one],
+    };
+    if !has(args, "--no-nats") {
+        features.push("nats");
+    }
+    if !has(args, "--no-rabbitmq") {
+        features.push("rabbitmq");
+    }
+    let mut passed = args.to_vec();
+    passed.push("--invoked-as=cargo xtask bench".to_owned());
+    run(
+        "outbox-bench",
+        "bench",
+        &features,
+        !has(args, "--quick"),
+        &passed,
+    )
+}
+
+/// `cargo xtask chaos`: every backend and broker the scenarios use, after
+/// installing the packages the scenarios need.
+pub(crate) fn chaos(args: &[String]) -> anyhow::Result<()> {
+    crate::packages::ensure(&crate::packages::FAKETIME)?;
+    if has(args, "--cluster") {
+        crate::packages::ensure(&crate::packages::GALERA)?;
+    }
+    run(
+        "outbox-chaos",
+        "chaos",
+        &["postgres", "mysql", "nats", "rabbitmq"],
+        false,
+        args,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::value;
+
+    #[test]
+    fn values_are_read_in_both_spellings() {
+        let args: Vec<String> = ["--orders", "3", "--backend=mysql"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(value(&args, "backend"), Some("mysql"));
+        assert_eq!(value(&args, "orders"), Some("3"));
+        assert_eq!(value(&args, "nats"), None);
+    }
+}
