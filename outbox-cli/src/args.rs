@@ -62,9 +62,18 @@ pub(crate) enum Command {
 /// `migrate`.
 #[derive(Debug, Args)]
 pub(crate) struct MigrateArgs {
-    /// Print the SQL instead of running it (only the URL's scheme is used).
+    /// Print the SQL instead of running it, for a migrations folder of your
+    /// own (only the URL's scheme is used, or `--backend`).
     #[arg(long)]
     pub(crate) print: bool,
+    /// With `--print` and no database URL: the backend whose SQL to print.
+    #[arg(long, value_enum, requires = "print")]
+    pub(crate) backend: Option<crate::backend::Backend>,
+    /// The inbox's migrations (`outbox_inbox`, for consumers) instead of the
+    /// outbox's: apply them alone in a service that only consumes, or beside
+    /// the outbox's in one that does both.
+    #[arg(long)]
+    pub(crate) inbox: bool,
     /// Revert the migrations: drops the outbox tables and every task in them.
     #[arg(long)]
     pub(crate) revert: bool,
@@ -138,8 +147,9 @@ pub(crate) struct ChangeArgs {
     /// Which tasks, for a bulk change.
     #[command(flatten)]
     pub(crate) filter: FilterArgs,
-    /// Tasks per batch in a bulk change: one statement each for `requeue`,
-    /// one transaction each for `discard` (one per task on SQLite).
+    /// Tasks per batch in a bulk change, read and then changed by the
+    /// store 256 at a time (one statement each for `requeue`, one
+    /// transaction each for `discard`).
     #[arg(long, default_value_t = 500)]
     pub(crate) batch: usize,
     /// Skip the confirmation a bulk change asks for.

@@ -1,6 +1,6 @@
 //! The database a URL names: which backend, its store, its migrations.
 
-use diesel_outbox_sql::MigrationSql;
+use diesel_outbox_sql::{BackendKind, MigrationSql};
 
 use crate::{
     args::Command,
@@ -8,15 +8,24 @@ use crate::{
     failure::Failure,
 };
 
-/// A database backend.
+/// A database backend: [`BackendKind`], which this command dispatches on,
+/// with the values `--backend` takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Backend {
-    /// PostgreSQL.
-    Postgres,
-    /// MySQL or MariaDB.
-    Mysql,
-    /// SQLite.
-    Sqlite,
+pub(crate) struct Backend(BackendKind);
+
+impl clap::ValueEnum for Backend {
+    fn value_variants<'a>() -> &'a [Self] {
+        const ALL: [Backend; 3] = [
+            Backend(BackendKind::ALL[0]),
+            Backend(BackendKind::ALL[1]),
+            Backend(BackendKind::ALL[2]),
+        ];
+        &ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.0.name()).help(self.0.product()))
+    }
 }
 
 /// Connections the store's pool may open: the commands run a query or a
@@ -26,112 +35,115 @@ const POOL_SIZE: usize = 4;
 impl Backend {
     /// The backend a database URL's scheme names.
     pub(crate) fn of_url(url: &str) -> Result<Self, Failure> {
-        if url.starts_with("file:") {
-            return Ok(Self::Sqlite);
-        }
-        match url.split_once("://").map(|(scheme, _)| scheme) {
-            Some("postgres" | "postgresql") => Ok(Self::Postgres),
-            Some("mysql" | "mariadb") => Ok(Self::Mysql),
-            Some("sqlite") => Ok(Self::Sqlite),
-            _ => Err(Failure::Usage(format!(
-                "unsupported database URL: expected postgres://, mysql:// or sqlite://, got `{}`",
-                url.split_once("://")
-                    .map_or("no scheme", |(scheme, _)| scheme)
-            ))),
-        }
+        BackendKind::of_url(url)
+            .map(Self)
+            .map_err(|unsupported| Failure::Usage(unsupported.to_string()))
     }
 
     fn missing(self) -> Failure {
-        let feature = match self {
-            Self::Postgres => "postgres",
-            Self::Mysql => "mysql",
-            Self::Sqlite => "sqlite",
-        };
+        // Each backend's cargo feature is named like the backend.
         Failure::Usage(format!(
-            "this `outbox` was built without the `{feature}` feature"
+            "this `outbox` was built without the `{}` feature",
+            self.0.name()
         ))
     }
 
-    /// The SQL of the backend's migrations, oldest first.
-    pub(crate) fn migration_sql(self) -> Result<&'static [MigrationSql], Failure> {
-        match self {
+    /// The SQL of the backend's migrations (the inbox's with `inbox`),
+    /// oldest first.
+    pub(crate) fn migration_sql(self, inbox: bool) -> Result<&'static [MigrationSql], Failure> {
+        match self.0 {
             #[cfg(feature = "postgres")]
-            Self::Postgres => Ok(diesel_outbox_postgres::migration_sql()),
+            BackendKind::Postgres if inbox => Ok(diesel_outbox_postgres::inbox_migration_sql()),
+            #[cfg(feature = "postgres")]
+            BackendKind::Postgres => Ok(diesel_outbox_postgres::migration_sql()),
             #[cfg(feature = "mysql")]
-            Self::Mysql => Ok(diesel_outbox_mysql::migration_sql()),
+            BackendKind::Mysql if inbox => Ok(diesel_outbox_mysql::inbox_migration_sql()),
+            #[cfg(feature = "mysql")]
+            BackendKind::Mysql => Ok(diesel_outbox_mysql::migration_sql()),
             #[cfg(feature = "sqlite")]
-            Self::Sqlite => Ok(diesel_outbox_sqlite::migration_sql()),
+            BackendKind::Sqlite if inbox => Ok(diesel_outbox_sqlite::inbox_migration_sql()),
+            #[cfg(feature = "sqlite")]
+            BackendKind::Sqlite => Ok(diesel_outbox_sqlite::migration_sql()),
             #[allow(unreachable_patterns)]
-            other => Err(other.missing()),
+            _ => Err(self.missing()),
         }
     }
 
-    /// Applies (or reverts) the migrations on `url`; returns the versions.
-    pub(crate) async fn migrate(self, url: &str, revert: bool) -> Result<Vec<String>, Failure> {
-        match self {
+    /// Applies (or reverts) the migrations on `url` (the inbox's with
+    /// `inbox`); returns the versions.
+    pub(crate) async fn migrate(
+        self,
+        url: &str,
+        revert: bool,
+        inbox: bool,
+    ) -> Result<Vec<String>, Failure> {
+        match self.0 {
             #[cfg(feature = "postgres")]
-            Self::Postgres => {
+            BackendKind::Postgres => {
                 use diesel_async::{AsyncConnection as _, AsyncPgConnection};
                 let conn = AsyncPgConnection::establish(url)
                     .await
                     .map_err(|error| connecting(self, &error))?;
-                Ok(if revert {
-                    diesel_outbox_postgres::revert_migrations(conn).await?
-                } else {
-                    diesel_outbox_postgres::run_migrations(conn).await?
+                Ok(match (revert, inbox) {
+                    (false, false) => diesel_outbox_postgres::run_migrations(conn).await?,
+                    (true, false) => diesel_outbox_postgres::revert_migrations(conn).await?,
+                    (false, true) => diesel_outbox_postgres::run_inbox_migrations(conn).await?,
+                    (true, true) => diesel_outbox_postgres::revert_inbox_migrations(conn).await?,
                 })
             }
             #[cfg(feature = "mysql")]
-            Self::Mysql => {
+            BackendKind::Mysql => {
                 use diesel_async::{AsyncConnection as _, AsyncMysqlConnection};
                 let conn = AsyncMysqlConnection::establish(url)
                     .await
                     .map_err(|error| connecting(self, &error))?;
-                Ok(if revert {
-                    diesel_outbox_mysql::revert_migrations(conn).await?
-                } else {
-                    diesel_outbox_mysql::run_migrations(conn).await?
+                Ok(match (revert, inbox) {
+                    (false, false) => diesel_outbox_mysql::run_migrations(conn).await?,
+                    (true, false) => diesel_outbox_mysql::revert_migrations(conn).await?,
+                    (false, true) => diesel_outbox_mysql::run_inbox_migrations(conn).await?,
+                    (true, true) => diesel_outbox_mysql::revert_inbox_migrations(conn).await?,
                 })
             }
             #[cfg(feature = "sqlite")]
-            Self::Sqlite => {
+            BackendKind::Sqlite => {
                 let conn = diesel_outbox_sqlite::establish(url).await?;
-                Ok(if revert {
-                    diesel_outbox_sqlite::revert_migrations(conn).await?
-                } else {
-                    diesel_outbox_sqlite::run_migrations(conn).await?
+                Ok(match (revert, inbox) {
+                    (false, false) => diesel_outbox_sqlite::run_migrations(conn).await?,
+                    (true, false) => diesel_outbox_sqlite::revert_migrations(conn).await?,
+                    (false, true) => diesel_outbox_sqlite::run_inbox_migrations(conn).await?,
+                    (true, true) => diesel_outbox_sqlite::revert_inbox_migrations(conn).await?,
                 })
             }
             #[allow(unreachable_patterns)]
-            other => {
-                let _ = (url, revert);
-                Err(other.missing())
+            _ => {
+                let _ = (url, revert, inbox);
+                Err(self.missing())
             }
         }
     }
 
     /// Opens the backend's store on `url` and runs `command` on it.
     pub(crate) async fn run(self, url: &str, command: Command, out: Output) -> Result<(), Failure> {
-        match self {
+        match self.0 {
             #[cfg(feature = "postgres")]
-            Self::Postgres => {
+            BackendKind::Postgres => {
                 let store = diesel_outbox_postgres::PgStore::connect(url, POOL_SIZE)?;
                 commands::run(store, command, out).await
             }
             #[cfg(feature = "mysql")]
-            Self::Mysql => {
+            BackendKind::Mysql => {
                 let store = diesel_outbox_mysql::MysqlStore::connect(url, POOL_SIZE)?;
                 commands::run(store, command, out).await
             }
             #[cfg(feature = "sqlite")]
-            Self::Sqlite => {
+            BackendKind::Sqlite => {
                 let store = diesel_outbox_sqlite::SqliteStore::connect(url, POOL_SIZE)?;
                 commands::run(store, command, out).await
             }
             #[allow(unreachable_patterns)]
-            other => {
+            _ => {
                 let _ = (url, command, out);
-                Err(other.missing())
+                Err(self.missing())
             }
         }
     }
@@ -141,6 +153,36 @@ impl Backend {
 #[allow(dead_code)] // unused when built with only the SQLite backend
 fn connecting(backend: Backend, error: &dyn std::fmt::Display) -> Failure {
     Failure::Error(anyhow::anyhow!(
-        "could not connect to the {backend:?} database: {error}"
+        "could not connect to the {:?} database: {error}",
+        backend.0
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::ValueEnum as _;
+    use diesel_outbox_sql::BackendKind;
+
+    use super::Backend;
+
+    #[test]
+    fn backend_takes_every_kind_by_its_name() {
+        let kinds: Vec<BackendKind> = Backend::value_variants().iter().map(|b| b.0).collect();
+        assert_eq!(kinds, BackendKind::ALL);
+        for kind in BackendKind::ALL {
+            assert_eq!(Backend::from_str(kind.name(), false), Ok(Backend(kind)));
+        }
+    }
+
+    #[test]
+    fn an_unsupported_url_is_a_usage_error_naming_its_scheme() {
+        let Err(crate::failure::Failure::Usage(message)) = Backend::of_url("redis://127.0.0.1/0")
+        else {
+            panic!("redis:// is not a usage error");
+        };
+        assert_eq!(
+            message,
+            "unsupported database URL: expected postgres://, mysql:// or sqlite://, got `redis`"
+        );
+    }
 }

@@ -3,7 +3,7 @@
 use std::io::{IsTerminal as _, Write as _};
 
 use chrono::Utc;
-use diesel_outbox_core::{Maintenance, Order, PageRequest, TaskFilter, TaskId};
+use diesel_outbox_core::{Listed, Maintenance, Order, PageRequest, TaskFilter, TaskId};
 use serde_json::json;
 
 use crate::{
@@ -83,11 +83,11 @@ async fn list<S: OperatorStore>(store: &S, args: &ListArgs, out: Output) -> Resu
 }
 
 async fn show<S: OperatorStore>(store: &S, id: TaskId, out: Output) -> Result<(), Failure> {
-    let record = store.get(id).await?;
-    if out.json {
-        out.json(&render::detail_json(&record))
-    } else {
-        out.print(&render::detail_text(&record))
+    match store.inspect(id).await? {
+        Listed::Task(record) if out.json => out.json(&render::detail_json(&record)),
+        Listed::Task(record) => out.print(&render::detail_text(&record)),
+        Listed::Unreadable(row) if out.json => out.json(&render::unreadable_json(&row)),
+        Listed::Unreadable(row) => out.print(&render::unreadable_text(&row)),
     }
 }
 

@@ -5,7 +5,7 @@ use std::{fmt, process::ExitCode};
 use diesel_outbox_core::Error;
 
 /// A failed command. Each kind has its own exit code, documented in
-/// `outbox --help` and docs/operations.md.
+/// `outbox --help` and [operations.md](https://github.com/outbox-rs/outbox/blob/main/docs/operations.md).
 #[derive(Debug)]
 pub(crate) enum Failure {
     /// Anything else: the database is unreachable, a query failed. Exit 1.

@@ -1,6 +1,6 @@
 //! `outbox`: the operator's command for a transactional outbox.
 //!
-//! See `outbox --help` and docs/operations.md for the subcommands, their
+//! See `outbox --help` and [operations.md](https://github.com/outbox-rs/outbox/blob/main/docs/operations.md) for the subcommands, their
 //! output and exit codes.
 
 #[cfg(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")))]
@@ -49,6 +49,12 @@ fn report(failure: &Failure) -> ExitCode {
 
 async fn run(cli: Cli) -> Result<(), Failure> {
     let out = Output { json: cli.json };
+    if let Command::Migrate(args) = &cli.command
+        && args.print
+        && let Some(backend) = args.backend
+    {
+        return migrate::run(backend, "", args, out).await;
+    }
     let Some(url) = cli.database_url.as_deref() else {
         return Err(Failure::Usage(
             "no database: pass --database-url or set DATABASE_URL".to_owned(),

@@ -1,4 +1,5 @@
-//! `outbox migrate`: apply, revert, or print the outbox migrations.
+//! `outbox migrate`: apply, revert, or print the outbox migrations (or,
+//! with `--inbox`, the inbox's).
 
 use std::fmt::Write as _;
 
@@ -20,7 +21,7 @@ pub(crate) async fn run(
     out: Output,
 ) -> Result<(), Failure> {
     if args.print {
-        let sql = sql_text(backend.migration_sql()?, args.revert);
+        let sql = sql_text(backend.migration_sql(args.inbox)?, args.revert, args.inbox);
         return if out.json {
             print(&format!(
                 "{}\n",
@@ -31,9 +32,13 @@ pub(crate) async fn run(
         };
     }
     if args.revert && !args.yes {
-        commands::confirm("revert the outbox migrations, dropping every task?")?;
+        commands::confirm(if args.inbox {
+            "revert the inbox migrations, dropping every record of applied messages?"
+        } else {
+            "revert the outbox migrations, dropping every task?"
+        })?;
     }
-    let versions = backend.migrate(url, args.revert).await?;
+    let versions = backend.migrate(url, args.revert, args.inbox).await?;
     let verb = if args.revert { "reverted" } else { "applied" };
     if out.json {
         return print(&format!(
@@ -60,8 +65,10 @@ fn print(text: &str) -> Result<(), Failure> {
 }
 
 /// Every migration's `up.sql`, oldest first, or with `revert` every
-/// `down.sql`, newest first, each under a comment naming it.
-fn sql_text(migrations: &[MigrationSql], revert: bool) -> String {
+/// `down.sql`, newest first, each under a comment naming it (and its set,
+/// the outbox's or the inbox's).
+fn sql_text(migrations: &[MigrationSql], revert: bool, inbox: bool) -> String {
+    let set = if inbox { "inbox" } else { "outbox" };
     let ordered: Vec<&MigrationSql> = if revert {
         migrations.iter().rev().collect()
     } else {
@@ -79,7 +86,7 @@ fn sql_text(migrations: &[MigrationSql], revert: bool) -> String {
         }
         let _ = writeln!(
             text,
-            "-- outbox migration {} ({}), {file}",
+            "-- {set} migration {} ({}), {file}",
             migration.version(),
             migration.name()
         );

@@ -1,10 +1,10 @@
 //! What the commands print: tables and details for people, JSON documents
-//! for scripts (their fields are listed in docs/operations.md).
+//! for scripts (their fields are listed in [operations.md](https://github.com/outbox-rs/outbox/blob/main/docs/operations.md)).
 
 use std::fmt::Write as _;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use diesel_outbox_core::{Page, Record, Stats};
+use diesel_outbox_core::{Listed, Page, Record, Stats, UnreadableRow};
 use serde_json::{Value, json};
 
 /// An instant as RFC 3339 UTC with microseconds.
@@ -92,10 +92,22 @@ pub(crate) fn summary_json(record: &Record) -> Value {
     })
 }
 
-/// A page as JSON: `tasks` and `next`, the cursor for `--after`.
+/// A row that cannot be read as a task, as JSON: its id, its stored
+/// status, and the column and reason that make it unreadable.
+pub(crate) fn unreadable_json(row: &UnreadableRow) -> Value {
+    json!({
+        "id": row.id.get(),
+        "status": row.status,
+        "unreadable": { "field": row.field, "reason": row.reason },
+    })
+}
+
+/// A page as JSON: `tasks`, `unreadable` (rows that cannot be read as
+/// tasks), and `next`, the cursor for `--after`.
 pub(crate) fn page_json(page: &Page) -> Value {
     json!({
         "tasks": page.records.iter().map(summary_json).collect::<Vec<_>>(),
+        "unreadable": page.unreadable.iter().map(unreadable_json).collect::<Vec<_>>(),
         "next": page.next.map(|id| id.get()),
     })
 }
@@ -220,13 +232,23 @@ pub(crate) fn short_error(error: &str, max: usize) -> String {
     cut
 }
 
-/// `list` for people: one row per task.
+/// `show` for a row that cannot be read as a task.
+pub(crate) fn unreadable_text(row: &UnreadableRow) -> String {
+    format!(
+        "id:       {}\nstatus:   {}\nunreadable: the {} column: {}\n\n\
+         It can still be discarded: outbox discard {}\n",
+        row.id, row.status, row.field, row.reason, row.id
+    )
+}
+
+/// `list` for people: one row per task, and one per row that cannot be
+/// read as a task, in the page's order.
 pub(crate) fn page_table(page: &Page) -> String {
     let rows: Vec<[String; 7]> = page
-        .records
+        .rows()
         .iter()
-        .map(|record| {
-            [
+        .map(|row| match row {
+            Listed::Task(record) => [
                 record.id.to_string(),
                 record.status.to_string(),
                 record.task.kind.clone(),
@@ -234,7 +256,16 @@ pub(crate) fn page_table(page: &Page) -> String {
                 record.attempts.to_string(),
                 instant(record.created_at),
                 short_error(&record.last_error, 60),
-            ]
+            ],
+            Listed::Unreadable(row) => [
+                row.id.to_string(),
+                row.status.clone(),
+                "-".to_owned(),
+                "-".to_owned(),
+                "-".to_owned(),
+                "-".to_owned(),
+                short_error(&format!("unreadable {}: {}", row.field, row.reason), 60),
+            ],
         })
         .collect();
     let mut text = table(
@@ -253,7 +284,7 @@ pub(crate) fn page_table(page: &Page) -> String {
         Some(next) => {
             let _ = writeln!(text, "more: --after {next}");
         }
-        None if page.records.is_empty() => text.push_str("no tasks match\n"),
+        None if page.is_empty() => text.push_str("no tasks match\n"),
         None => {}
     }
     text

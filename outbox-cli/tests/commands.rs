@@ -27,7 +27,10 @@ async fn migrate<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let reverted = outbox(url, &["migrate", "--revert", "--yes", "--json"])
         .expect(0)
         .json();
-    assert_eq!(reverted["reverted"].as_array().map(Vec::len), Some(1));
+    assert_eq!(
+        reverted["reverted"].as_array().map(Vec::len),
+        Some(B::migration_sql().len())
+    );
     assert!(db.count_tasks().await.is_err(), "the table is gone");
     let applied = outbox(url, &["migrate"]).expect(0);
     assert!(applied.stdout.starts_with("applied "), "{applied:?}");
@@ -309,6 +312,92 @@ async fn bad_databases<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A row another program wrote whose headers are not a map of strings, failed
+/// by the claim: `list` still shows every failed task, the bad row marked
+/// unreadable with its reason, `show` says why it cannot be read, and
+/// `discard` gives it up. `url` is the database as the command takes it.
+async fn unreadable<B: TestBackend>(db: &B, url: &str) -> anyhow::Result<()> {
+    let ids = seed(
+        db,
+        vec![Task::new(KIND, 1, "{}"), Task::new(KIND, 1, "{}")],
+        1,
+    )
+    .await?;
+    db.execute_sql(&format!(
+        "UPDATE outbox_tasks SET headers = '{{\"retries\": 3}}' WHERE id = {}",
+        ids[1].get()
+    ))
+    .await?;
+    let (mock, _) = diesel_outbox_testkit::handler::recording();
+    let worker = diesel_outbox_testkit::conformance::support::worker(
+        db,
+        diesel_outbox_testkit::conformance::support::registry(mock)?,
+        diesel_outbox_testkit::conformance::support::config("cli-reader"),
+    )?;
+    worker.retry_pending(10).await?;
+    assert_eq!(
+        db.store().inspect(ids[1]).await.map(|row| row.id())?,
+        ids[1]
+    );
+
+    let list = outbox(url, &["list", "--status", "failed"]).expect(0);
+    let lines: Vec<&str> = list.stdout.lines().collect();
+    assert_eq!(
+        lines.len(),
+        3,
+        "a header, the failed task and the unreadable row: {list:?}"
+    );
+    assert!(
+        lines[1].starts_with(&ids[1].to_string()) && lines[1].contains("unreadable headers"),
+        "{list:?}"
+    );
+    assert!(lines[2].starts_with(&ids[0].to_string()), "{list:?}");
+    let json = outbox(url, &["list", "--status", "failed", "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(json["tasks"].as_array().map(Vec::len), Some(1), "{json}");
+    assert_eq!(
+        json["unreadable"][0]["id"],
+        serde_json::json!(ids[1].get()),
+        "{json}"
+    );
+    assert_eq!(
+        json["unreadable"][0]["unreadable"]["field"], "headers",
+        "{json}"
+    );
+
+    let show = outbox(url, &["show", &ids[1].to_string()]).expect(0);
+    assert!(
+        show.stdout.contains("unreadable: the headers column"),
+        "{show:?}"
+    );
+    let shown = outbox(url, &["show", &ids[1].to_string(), "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(shown["status"], "failed", "{shown}");
+
+    outbox(url, &["discard", &ids[1].to_string()]).expect(0);
+    let shown = outbox(url, &["show", &ids[1].to_string(), "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(shown["status"], "discarded", "{shown}");
+    Ok(())
+}
+
+async fn unreadable_on_server<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    unreadable(db, db.url()).await
+}
+
+/// The same on SQLite, whose URL the command takes as `sqlite://PATH`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_unreadable_rows_are_listed_shown_and_discarded() {
+    let db = diesel_outbox_testkit::sqlite::SqliteTestDb::create("cli_sqlite_unreadable")
+        .await
+        .unwrap();
+    let url = format!("sqlite://{}", db.url());
+    unreadable(&db, &url).await.unwrap();
+}
+
 macro_rules! each_backend {
     ($($name:ident => $scenario:ident),* $(,)?) => {
         mod postgres {
@@ -339,4 +428,5 @@ each_backend! {
     stats_list_show_and_watch_read_the_outbox => reads,
     requeue_discard_and_purge_change_it => changes,
     bad_urls_and_values_exit_with_their_codes => bad_databases,
+    unreadable_rows_are_listed_shown_and_discarded => unreadable_on_server,
 }

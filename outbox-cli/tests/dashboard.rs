@@ -7,7 +7,7 @@ use std::{
     process::{Child, ChildStdout, Command, Stdio},
 };
 
-use diesel_outbox_core::{Status, Store as _, Task, TaskId};
+use diesel_outbox_core::{Maintenance as _, Status, Store as _, Task, TaskId};
 use diesel_outbox_testkit::{TestBackend, conformance::support::KIND, postgres::PgTestDb};
 use fantoccini::{ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -280,4 +280,79 @@ async fn the_dashboard_requeues_a_failed_task_in_a_browser() {
     let _ = std::fs::remove_dir_all(&profile);
     result.unwrap();
     assert_eq!(db.store().get(id).await.unwrap().status, Status::Available);
+}
+
+/// A row another program wrote that cannot be read does not take the
+/// front page down: it is listed with the other failed tasks, marked
+/// unreadable, its page says why, and its discard button works.
+async fn unreadable_rows_are_shown_and_discarded<B: TestBackend>(db: &B, url: &str) {
+    let ids = seed(
+        db,
+        vec![Task::new(KIND, 1, "{}"), Task::new(KIND, 1, "{}")],
+        1,
+    )
+    .await
+    .unwrap();
+    let bad = ids[1];
+    db.execute_sql(&format!(
+        "UPDATE outbox_tasks SET headers = '{{\"retries\": 3}}' WHERE id = {bad}"
+    ))
+    .await
+    .unwrap();
+    let (mock, _) = diesel_outbox_testkit::handler::recording();
+    let worker = diesel_outbox_testkit::conformance::support::worker(
+        db,
+        diesel_outbox_testkit::conformance::support::registry(mock).unwrap(),
+        diesel_outbox_testkit::conformance::support::config("dashboard-reader"),
+    )
+    .unwrap();
+    worker.retry_pending(10).await.unwrap();
+    let (_server, base) = serve(url);
+
+    let (status, page) = http(&base, "GET", "/", &[], "");
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains(&format!("id=\"failed-{bad}\" class=\"unreadable\"")),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!("id=\"failed-{}\"", ids[0])),
+        "{page}"
+    );
+    let (status, detail) = http(&base, "GET", &format!("/tasks/{bad}"), &[], "");
+    assert_eq!(status, 200, "{detail}");
+    assert!(detail.contains("the headers column"), "{detail}");
+    assert!(
+        detail.contains(&format!("id=\"task-discard-{bad}\"")),
+        "{detail}"
+    );
+
+    let token = page_token(&base);
+    let (status, response) = http(
+        &base,
+        "POST",
+        &format!("/tasks/{bad}/discard"),
+        &[FORM],
+        &format!("csrf={token}"),
+    );
+    assert_eq!(status, 303, "{response}");
+    match db.store().inspect(bad).await.unwrap() {
+        diesel_outbox_core::Listed::Unreadable(row) => assert_eq!(row.status, "discarded"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_rows_are_shown_and_discarded_on_postgres() {
+    let db = PgTestDb::create("cli_dashboard_unreadable").await.unwrap();
+    unreadable_rows_are_shown_and_discarded(&db, db.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_rows_are_shown_and_discarded_on_sqlite() {
+    let db = diesel_outbox_testkit::sqlite::SqliteTestDb::create("cli_dashboard_unreadable")
+        .await
+        .unwrap();
+    let url = format!("sqlite://{}", db.url());
+    unreadable_rows_are_shown_and_discarded(&db, &url).await;
 }

@@ -5,7 +5,9 @@
 //! enqueues its `order.created` task in one transaction; after the commit the
 //! task is sent in the background, and the route answers `201 Created` with
 //! the order id. An order whose id is taken answers `409 Conflict`, and
-//! nothing is enqueued.
+//! nothing is enqueued; while the database cannot be reached, `503 Service
+//! Unavailable`. No answer carries the database's own words: they go to
+//! the log.
 //!
 //! A `500` does not always mean nothing happened: when the connection is lost
 //! during the commit, the transaction may have committed all the same. The
@@ -21,8 +23,18 @@ use axum::{
     routing::post,
 };
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
-use diesel_async::{AsyncPgConnection, RunQueryDsl, pooled_connection::deadpool::Pool};
-use diesel_outbox_postgres::{PgStore, outbox::Worker, transaction};
+use diesel_async::{
+    AsyncPgConnection, RunQueryDsl,
+    pooled_connection::{
+        AsyncDieselConnectionManager,
+        deadpool::{Pool, PoolError},
+    },
+};
+use diesel_outbox_postgres::{
+    PgStore,
+    outbox::{self, Worker},
+    transaction,
+};
 
 use crate::{Order, OrderId, order_created_task, schema::orders};
 
@@ -34,6 +46,27 @@ pub struct App {
     pub worker: Worker<PgStore>,
     /// Connections for the business transactions.
     pub pool: Pool<AsyncPgConnection>,
+}
+
+impl App {
+    /// The routes' state: `worker`, and a pool of up to `max_size`
+    /// connections to `database_url` that gives up on a connection after
+    /// 5 s (the request then answers `503`).
+    pub fn new(
+        database_url: &str,
+        max_size: usize,
+        worker: Worker<PgStore>,
+    ) -> anyhow::Result<Self> {
+        let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(database_url);
+        let timeout = Some(std::time::Duration::from_secs(5));
+        let pool = Pool::builder(manager)
+            .max_size(max_size)
+            .runtime(deadpool::Runtime::Tokio1)
+            .wait_timeout(timeout)
+            .create_timeout(timeout)
+            .build()?;
+        Ok(Self { worker, pool })
+    }
 }
 
 impl std::fmt::Debug for App {
@@ -58,8 +91,8 @@ async fn place_order(
     State(app): State<App>,
     Json(order): Json<Order>,
 ) -> Result<(StatusCode, Json<OrderId>), ApiError> {
-    let task = order_created_task(&order).map_err(anyhow::Error::from)?;
-    let mut conn = app.pool.get().await.map_err(anyhow::Error::from)?;
+    let task = order_created_task(&order)?;
+    let mut conn = app.pool.get().await?;
     let id = transaction(&app.worker, &mut conn, async |mut tx| {
         diesel::insert_into(orders::table)
             .values(&order)
@@ -72,32 +105,44 @@ async fn place_order(
     Ok((StatusCode::CREATED, Json(id)))
 }
 
-/// Why a request failed: a taken order id, or anything else (a database
-/// fault, say).
+/// Why a request failed: a taken order id, a database out of reach, or
+/// anything else (a fault in the database, say).
 #[derive(Debug)]
 enum ApiError {
     Conflict,
-    Internal(anyhow::Error),
+    Unavailable(String),
+    Internal(String),
 }
 
 impl From<DieselError> for ApiError {
     fn from(error: DieselError) -> Self {
         match error {
             DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _) => Self::Conflict,
-            other => Self::Internal(other.into()),
+            DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => {
+                Self::Unavailable(error.to_string())
+            }
+            other => Self::Internal(other.to_string()),
         }
     }
 }
 
-impl From<anyhow::Error> for ApiError {
-    fn from(error: anyhow::Error) -> Self {
-        Self::Internal(error)
+impl From<outbox::Error> for ApiError {
+    fn from(error: outbox::Error) -> Self {
+        let cause = error.chain();
+        match error.database_kind() {
+            Some(
+                outbox::DatabaseErrorKind::Connection | outbox::DatabaseErrorKind::PoolTimeout,
+            ) => Self::Unavailable(cause),
+            _ => Self::Internal(cause),
+        }
     }
 }
 
-impl From<diesel_outbox_postgres::outbox::Error> for ApiError {
-    fn from(error: diesel_outbox_postgres::outbox::Error) -> Self {
-        Self::Internal(error.into())
+impl From<PoolError> for ApiError {
+    fn from(error: PoolError) -> Self {
+        // No connection: the server is down or out of reach, or the pool
+        // stayed exhausted for its wait timeout.
+        Self::Unavailable(error.to_string())
     }
 }
 
@@ -105,8 +150,12 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         match self {
             Self::Conflict => (StatusCode::CONFLICT, "order id taken").into_response(),
-            Self::Internal(error) => {
-                eprintln!("placing an order failed: {error:#}");
+            Self::Unavailable(cause) => {
+                eprintln!("placing an order: the database is unavailable: {cause}");
+                (StatusCode::SERVICE_UNAVAILABLE, "try again later").into_response()
+            }
+            Self::Internal(cause) => {
+                eprintln!("placing an order failed: {cause}");
                 (
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "could not place the order",

@@ -1,10 +1,6 @@
 //! Placing orders over HTTP: the axum route served on a local port and
 //! called with real requests, against PostgreSQL.
 
-use diesel_async::{
-    AsyncPgConnection,
-    pooled_connection::{AsyncDieselConnectionManager, deadpool::Pool},
-};
 use diesel_outbox_postgres::outbox::{Status, Store, TaskId, Worker};
 use diesel_outbox_testkit::{TestBackend, postgres::PgTestDb};
 use order_service::{
@@ -67,17 +63,7 @@ async fn an_order_posted_over_http_is_stored_and_announced_once() {
         registry(shipping_handler(to_shipping)).expect("registry"),
     )
     .expect("worker");
-    let pool = Pool::builder(AsyncDieselConnectionManager::<AsyncPgConnection>::new(
-        db.url(),
-    ))
-    .max_size(2)
-    .build()
-    .expect("pool");
-    let addr = serve(App {
-        worker: worker.clone(),
-        pool,
-    })
-    .await;
+    let addr = serve(App::new(db.url(), 2, worker.clone()).expect("the routes' state")).await;
 
     let order = r#"{"id":42,"customer":"ada","total_cents":1999}"#;
     let (status, body) = post(addr, "/orders", order).await;
@@ -126,4 +112,31 @@ async fn first_task(db: &PgTestDb) -> TaskId {
     let ids = PgTestDb::task_ids(&mut conn, None).await.expect("task ids");
     assert_eq!(ids.len(), 1, "{ids:?}");
     ids[0]
+}
+
+/// With the database out of reach, an order answers `503` within the pool's
+/// timeout, and the answer says nothing of the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_without_a_database_answers_503_without_its_words() {
+    let db = PgTestDb::create("http_without_a_database")
+        .await
+        .expect("test database");
+    let worker = Worker::new(
+        db.store().clone(),
+        registry(shipping_handler(tokio::sync::mpsc::unbounded_channel().0)).expect("registry"),
+    )
+    .expect("worker");
+    // A port nothing listens on: bound, then released.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("postgres://postgres@127.0.0.1:{closed}/nowhere");
+    let addr = serve(App::new(&url, 2, worker).expect("the routes' state")).await;
+
+    let order = r#"{"id":7,"customer":"ada","total_cents":100}"#;
+    let (status, body) = post(addr, "/orders", order).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body, "try again later");
+    assert_eq!(db.count_tasks().await.expect("count"), 0);
 }

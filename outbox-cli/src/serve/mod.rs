@@ -15,7 +15,7 @@ use axum::{
     response::{Html, IntoResponse, Redirect, Response},
     routing::{get, post},
 };
-use diesel_outbox_core::{Error, PageRequest, Status, TaskFilter, TaskId};
+use diesel_outbox_core::{Error, Listed, PageRequest, Status, TaskFilter, TaskId};
 
 use crate::{commands::OperatorStore, failure::Failure};
 
@@ -128,7 +128,7 @@ async fn index<S: OperatorStore>(
             .store
             .list(&TaskFilter::new(), &PageRequest::first(RECENT_ON_PAGE)?)
             .await?;
-        Ok::<_, Error>((stats, failed.records, recent.records))
+        Ok::<_, Error>((stats, failed.rows(), recent.rows()))
     };
     let notice = ["requeued", "discarded"].into_iter().find_map(|done| {
         let id: i64 = query.get(done)?.parse().ok()?;
@@ -148,8 +148,11 @@ async fn index<S: OperatorStore>(
 }
 
 async fn detail<S: OperatorStore>(State(app): State<Shared<S>>, Path(id): Path<i64>) -> Response {
-    match app.store.get(TaskId::new(id)).await {
-        Ok(record) => Html(pages::detail(&record, app.token.value())).into_response(),
+    match app.store.inspect(TaskId::new(id)).await {
+        Ok(Listed::Task(record)) => Html(pages::detail(&record, app.token.value())).into_response(),
+        Ok(Listed::Unreadable(row)) => {
+            Html(pages::unreadable(&row, app.token.value())).into_response()
+        }
         Err(error) => failed(&error),
     }
 }

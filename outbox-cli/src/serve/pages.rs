@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use diesel_outbox_core::{Record, Stats, transition};
+use diesel_outbox_core::{Listed, Record, Stats, Status, TaskId, UnreadableRow, transition};
 
 use crate::render;
 
@@ -45,27 +45,41 @@ pub(crate) fn layout(title: &str, body: &str) -> String {
 
 /// A button that POSTs `action` for task `id`, with the CSRF token; its
 /// element id is `{place}-{action}-{id}`.
-fn button(record: &Record, action: &str, place: &str, token: &str) -> String {
+fn button(id: TaskId, action: &str, place: &str, token: &str) -> String {
     format!(
         "<form method=\"post\" action=\"/tasks/{id}/{action}\">\
          <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
          <button type=\"submit\" id=\"{place}-{action}-{id}\">{action}</button></form>",
-        id = record.id,
         token = escape(token),
     )
 }
 
 /// The buttons a task's status allows.
-fn buttons(record: &Record, place: &str, token: &str) -> String {
+fn buttons(id: TaskId, status: Status, place: &str, token: &str) -> String {
     let mut html = String::new();
-    if transition::requeueable(record.status) {
-        html.push_str(&button(record, "requeue", place, token));
+    if transition::requeueable(status) {
+        html.push_str(&button(id, "requeue", place, token));
         html.push(' ');
     }
-    if transition::discardable(record.status) {
-        html.push_str(&button(record, "discard", place, token));
+    if transition::discardable(status) {
+        html.push_str(&button(id, "discard", place, token));
     }
     html
+}
+
+/// The buttons for a row that cannot be read as a task: discard, when its
+/// stored status allows it.
+fn unreadable_buttons(row: &UnreadableRow, place: &str, token: &str) -> String {
+    row.status
+        .parse::<Status>()
+        .map(|status| {
+            if transition::discardable(status) {
+                button(row.id, "discard", place, token)
+            } else {
+                String::new()
+            }
+        })
+        .unwrap_or_default()
 }
 
 fn stats_table(stats: &Stats) -> String {
@@ -89,16 +103,36 @@ fn stats_table(stats: &Stats) -> String {
     html
 }
 
-/// A table of tasks, one row each with the id `task-ID`.
-fn tasks_table(id: &str, records: &[Record], token: &str) -> String {
-    if records.is_empty() {
+/// A table of tasks, one row each with the id `task-ID`; a row that cannot
+/// be read as a task shows its id, status and why.
+fn tasks_table(id: &str, rows: &[Listed], token: &str) -> String {
+    if rows.is_empty() {
         return format!("<p id=\"{id}\">none</p>");
     }
     let mut html = format!(
         "<table id=\"{id}\"><tr><th>id</th><th>status</th><th>kind</th><th>key</th>\
          <th>attempts</th><th>created</th><th>last error</th><th></th></tr>"
     );
-    for record in records {
+    for row in rows {
+        let record = match row {
+            Listed::Task(record) => record,
+            Listed::Unreadable(row) => {
+                let _ = write!(
+                    html,
+                    "<tr id=\"{id}-{task}\" class=\"unreadable\"><td><a href=\"/tasks/{task}\">{task}</a></td>\
+                     <td class=\"status\">{status}</td><td colspan=\"4\">unreadable</td>\
+                     <td class=\"error\">{error}</td><td>{buttons}</td></tr>",
+                    task = row.id,
+                    status = escape(&row.status),
+                    error = escape(&render::short_error(
+                        &format!("{}: {}", row.field, row.reason),
+                        200
+                    )),
+                    buttons = unreadable_buttons(row, id, token),
+                );
+                continue;
+            }
+        };
         let _ = write!(
             html,
             "<tr id=\"{id}-{task}\"><td><a href=\"/tasks/{task}\">{task}</a></td>\
@@ -111,7 +145,7 @@ fn tasks_table(id: &str, records: &[Record], token: &str) -> String {
             attempts = record.attempts,
             created = render::instant(record.created_at),
             error = escape(&render::short_error(&record.last_error, 200)),
-            buttons = buttons(record, id, token),
+            buttons = buttons(record.id, record.status, id, token),
         );
     }
     html.push_str("</table>");
@@ -122,8 +156,8 @@ fn tasks_table(id: &str, records: &[Record], token: &str) -> String {
 /// latest tasks whatever their status.
 pub(crate) fn index(
     stats: &Stats,
-    failed: &[Record],
-    recent: &[Record],
+    failed: &[Listed],
+    recent: &[Listed],
     notice: Option<&str>,
     token: &str,
 ) -> String {
@@ -183,9 +217,26 @@ pub(crate) fn detail(record: &Record, token: &str) -> String {
         body,
         "<h2>Payload ({encoding})</h2><pre id=\"payload\">{}</pre><p>{}</p>",
         escape(&render::payload_text(record)),
-        buttons(record, "task", token)
+        buttons(record.id, record.status, "task", token)
     );
     layout(&format!("task {}", record.id), &body)
+}
+
+/// A row that cannot be read as a task: its id, stored status, why, and
+/// the discard button when its status allows it.
+pub(crate) fn unreadable(row: &UnreadableRow, token: &str) -> String {
+    let body = format!(
+        "<table id=\"task\"><tr><th>id</th><td>{id}</td></tr>\
+         <tr><th>status</th><td>{status}</td></tr>\
+         <tr><th>unreadable</th><td id=\"unreadable\">the {field} column: {reason}</td></tr></table>\
+         <p>Written by another program or by hand, the row cannot be read as a task.</p><p>{buttons}</p>",
+        id = row.id,
+        status = escape(&row.status),
+        field = escape(row.field),
+        reason = escape(&row.reason),
+        buttons = unreadable_buttons(row, "task", token),
+    );
+    layout(&format!("task {}", row.id), &body)
 }
 
 /// A page for a refused or failed request.
