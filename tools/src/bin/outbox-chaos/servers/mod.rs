@@ -1,6 +1,6 @@
 //! Private server instances, started for this run and never shared: a
 //! PostgreSQL cluster, a MariaDB server (or a Galera cluster of them), a
-//! NATS server and a RabbitMQ broker, each on a free port with its data under the run directory.
+//! NATS server, a RabbitMQ broker and a Redis, each on a free port with its data under the run directory.
 
 #[cfg(feature = "mysql")]
 pub(crate) mod galera;
@@ -14,6 +14,8 @@ pub(crate) mod nats_cluster;
 pub(crate) mod postgres;
 #[cfg(feature = "rabbitmq")]
 pub(crate) mod rabbitmq;
+#[cfg(feature = "redis")]
+pub(crate) mod redis;
 
 use std::{future::Future, net::TcpListener, time::Duration};
 
@@ -50,8 +52,13 @@ pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
+/// The longest one try of [`wait_until`] may take.
+const PROBE_LIMIT: Duration = Duration::from_secs(5);
+
 /// Polls `ready` every 20 ms until it succeeds, for at most `limit`; the
-/// last error says why not.
+/// last error says why not. Each try gets at most 5 s (and never more than
+/// what is left of `limit`): a probe whose server accepted the connection
+/// but never answers is cut and tried again, never waited on for ever.
 pub(crate) async fn wait_until<F, Fut>(
     what: &str,
     limit: Duration,
@@ -63,9 +70,11 @@ where
 {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
-        let error = match ready().await {
-            Ok(()) => return Ok(()),
-            Err(error) => error,
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let error = match tokio::time::timeout(left.min(PROBE_LIMIT), ready()).await {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(error)) => error,
+            Err(_) => anyhow::anyhow!("a probe of {what} got no answer within {PROBE_LIMIT:?}"),
         };
         if tokio::time::Instant::now() >= deadline {
             return Err(error.context(format!("{what} not ready after {limit:?}")));
