@@ -52,6 +52,8 @@ pub mod postgres;
 pub mod private_server;
 #[cfg(feature = "rabbitmq")]
 pub mod rabbitmq;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(feature = "opentelemetry")]

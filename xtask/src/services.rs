@@ -26,6 +26,8 @@ enum Probe {
     /// RabbitMQ: the AMQP 0-9-1 protocol header is answered with a method
     /// frame (`connection.start`).
     Amqp,
+    /// Redis: `PING` is answered with `+PONG`.
+    Redis,
 }
 
 /// One service of the test suite.
@@ -40,7 +42,7 @@ struct Service {
     start: &'static [&'static str],
 }
 
-const SERVICES: [Service; 4] = [
+const SERVICES: [Service; 5] = [
     Service {
         name: "PostgreSQL",
         env: "OUTBOX_PG_URL",
@@ -98,6 +100,22 @@ const SERVICES: [Service; 4] = [
         default_port: 5672,
         probe: Probe::Amqp,
         start: &["rabbitmq-server", "-detached"],
+    },
+    Service {
+        name: "Redis",
+        env: "OUTBOX_REDIS_URL",
+        default_url: "redis://127.0.0.1:6379",
+        default_port: 6379,
+        probe: Probe::Redis,
+        start: &[
+            "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "6379",
+            "--daemonize",
+            "yes",
+        ],
     },
 ];
 
@@ -195,6 +213,11 @@ fn probe(probe: Probe, host: &str, port: u16) -> std::io::Result<bool> {
             let n = stream.read(&mut reply)?;
             // Frame type 1 (method), on channel 0.
             n > 3 && reply[0] == 1 && reply[1] == 0 && reply[2] == 0
+        }
+        Probe::Redis => {
+            stream.write_all(b"PING\r\n")?;
+            let n = stream.read(&mut reply)?;
+            reply[..n].starts_with(b"+PONG")
         }
     })
 }
