@@ -90,8 +90,8 @@ pub(crate) fn demo(args: &[String]) -> anyhow::Result<()> {
 }
 
 /// `cargo xtask bench`: optimised unless `--quick` (a smoke check), with the
-/// backends `--backend` names (all by default) and JetStream unless
-/// `--no-nats`. The bench is told it ran as `cargo xtask bench`, the
+/// backends `--backend` names (all by default) and each broker unless
+/// `--no-nats`, `--no-rabbitmq` or `--no-redis` leaves it out. The bench is told it ran as `cargo xtask bench`, the
 /// command `--write-docs` records.
 pub(crate) fn bench(args: &[String]) -> anyhow::Result<()> {
     let mut features = match value(args, "backend").unwrap_or("all") {
@@ -103,6 +103,9 @@ pub(crate) fn bench(args: &[String]) -> anyhow::Result<()> {
     }
     if !has(args, "--no-rabbitmq") {
         features.push("rabbitmq");
+    }
+    if !has(args, "--no-redis") {
+        features.push("redis");
     }
     let mut passed = args.to_vec();
     passed.push("--invoked-as=cargo xtask bench".to_owned());
@@ -125,7 +128,7 @@ pub(crate) fn chaos(args: &[String]) -> anyhow::Result<()> {
     run(
         "outbox-chaos",
         "chaos",
-        &["postgres", "mysql", "nats", "rabbitmq"],
+        &["postgres", "mysql", "nats", "rabbitmq", "redis"],
         false,
         args,
     )

@@ -156,6 +156,7 @@ pub(crate) fn gaps(
     scenarios: &[Scenario],
     nats: bool,
     rabbitmq: bool,
+    redis: bool,
 ) -> Vec<String> {
     let mut gaps = Vec::new();
     match backend {
@@ -171,6 +172,7 @@ pub(crate) fn gaps(
         Scenario::Scale,
         Scenario::Nats,
         Scenario::Rabbitmq,
+        Scenario::Redis,
     ];
     if !scenarios.is_empty() && !all.iter().all(|s| scenarios.contains(s)) {
         let names: Vec<&str> = all
@@ -191,6 +193,9 @@ pub(crate) fn gaps(
     if !rabbitmq && (scenarios.is_empty() || scenarios.contains(&Scenario::Rabbitmq)) {
         gaps.push("no RabbitMQ".to_owned());
     }
+    if !redis && (scenarios.is_empty() || scenarios.contains(&Scenario::Redis)) {
+        gaps.push("no Redis".to_owned());
+    }
     gaps
 }
 
@@ -202,6 +207,7 @@ fn scenario_name(scenario: Scenario) -> &'static str {
         Scenario::Scale => "scale",
         Scenario::Nats => "nats",
         Scenario::Rabbitmq => "rabbitmq",
+        Scenario::Redis => "redis",
     }
 }
 
@@ -827,23 +833,27 @@ mod tests {
         let quick = refusal(true, false, &[], false).expect("refused");
         assert!(quick.contains("--allow-quick-docs"), "{quick}");
         assert!(refusal(true, true, &[], false).is_none());
-        let gaps = gaps(Backend::Sqlite, &[], false, false);
-        assert_eq!(gaps, ["only SQLite", "no JetStream", "no RabbitMQ"]);
+        let gaps = gaps(Backend::Sqlite, &[], false, false, false);
+        assert_eq!(
+            gaps,
+            ["only SQLite", "no JetStream", "no RabbitMQ", "no Redis"]
+        );
         let partial = refusal(true, true, &gaps, false).expect("refused");
         assert!(partial.contains("--allow-partial-docs"), "{partial}");
         assert!(refusal(true, true, &gaps, true).is_none());
-        assert!(super::gaps(Backend::All, &[], true, true).is_empty());
+        assert!(super::gaps(Backend::All, &[], true, true, true).is_empty());
         assert_eq!(
             super::gaps(
                 Backend::All,
                 &[Scenario::Drain, Scenario::Enqueue],
+                false,
                 false,
                 false
             ),
             ["only the scenarios enqueue, drain"]
         );
         assert_eq!(
-            super::gaps(Backend::All, &[Scenario::Nats], true, false),
+            super::gaps(Backend::All, &[Scenario::Nats], true, false, false),
             ["only the scenario nats"]
         );
     }

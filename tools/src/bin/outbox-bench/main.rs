@@ -17,10 +17,12 @@ mod latency;
 #[cfg(feature = "nats")]
 mod nats;
 mod plot;
-#[cfg(any(feature = "nats", feature = "rabbitmq"))]
+#[cfg(any(feature = "nats", feature = "rabbitmq", feature = "redis"))]
 mod publishing;
 #[cfg(feature = "rabbitmq")]
 mod rabbitmq;
+#[cfg(feature = "redis")]
+mod redis;
 mod scale;
 mod server;
 
@@ -71,6 +73,9 @@ pub(crate) struct Args {
     /// Skip the RabbitMQ scenario.
     #[arg(long)]
     no_rabbitmq: bool,
+    /// Skip the Redis Streams scenario.
+    #[arg(long)]
+    no_redis: bool,
     /// Run only these scenarios (repeat the flag, or separate with commas);
     /// all when not given. For profiling one of them; the table and the
     /// JSON then hold only their figures.
@@ -115,6 +120,9 @@ pub(crate) enum Scenario {
     /// RabbitMQ publishing through the relay against raw lapin and a
     /// hand-written publisher, with confirms in flight.
     Rabbitmq,
+    /// Redis Streams publishing through the relay against pipelined raw
+    /// `XADD`s and a hand-written publisher.
+    Redis,
 }
 
 /// Sizes and repetitions.
@@ -137,7 +145,10 @@ pub(crate) struct Plan {
     /// Claims per table in each scale scenario.
     pub(crate) claims: usize,
     /// Tasks per broker run (JetStream, RabbitMQ).
-    #[cfg_attr(not(any(feature = "nats", feature = "rabbitmq")), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "nats", feature = "rabbitmq", feature = "redis")),
+        allow(dead_code)
+    )]
     pub(crate) nats_tasks: u64,
 }
 
@@ -203,11 +214,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "--scenario rabbitmq needs RabbitMQ: drop --no-rabbitmq (and build with the `rabbitmq` feature)"
         );
     }
+    if only.0.contains(&Scenario::Redis) && (args.no_redis || !cfg!(feature = "redis")) {
+        anyhow::bail!(
+            "--scenario redis needs Redis: drop --no-redis (and build with the `redis` feature)"
+        );
+    }
     let with_nats = !args.no_nats && cfg!(feature = "nats");
     let with_rabbitmq = !args.no_rabbitmq && cfg!(feature = "rabbitmq");
+    let with_redis = !args.no_redis && cfg!(feature = "redis");
     let mut meta = match &args.write_docs {
         Some(dir) => {
-            let gaps = docs::gaps(args.backend, &args.scenario, with_nats, with_rabbitmq);
+            let gaps = docs::gaps(
+                args.backend,
+                &args.scenario,
+                with_nats,
+                with_rabbitmq,
+                with_redis,
+            );
             if let Some(refusal) = docs::refusal(
                 args.quick,
                 args.allow_quick_docs,
@@ -232,6 +255,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let brokers = Brokers {
         nats: with_nats,
         rabbitmq: with_rabbitmq,
+        redis: with_redis,
     };
     let mut results = Results::default();
     let started = Instant::now();
@@ -308,6 +332,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 struct Brokers {
     nats: bool,
     rabbitmq: bool,
+    redis: bool,
 }
 
 /// The scenarios asked for; all when none was named.
@@ -370,6 +395,13 @@ async fn backend<B: Raw + Server>(
         {
             step("rabbitmq");
             results.figures.extend(rabbitmq::measure(&db, plan).await?);
+        }
+    }
+    if brokers.redis && only.runs(Scenario::Redis) {
+        #[cfg(feature = "redis")]
+        {
+            step("redis");
+            results.figures.extend(redis::measure(&db, plan).await?);
         }
     }
     Ok(())

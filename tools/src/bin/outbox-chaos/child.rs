@@ -68,6 +68,10 @@ pub(crate) struct Args {
     /// to this broker.
     #[arg(long)]
     pub(crate) amqp_url: Option<String>,
+    /// Publish each claim's deliveries through the Redis Streams batch
+    /// publisher to this server.
+    #[arg(long)]
+    pub(crate) redis_url: Option<String>,
 }
 
 impl Args {
@@ -126,7 +130,17 @@ async fn relay<B: ChaosDb>(args: Args) -> anyhow::Result<()> {
             Some(url) => Some(std::sync::Arc::new(effect::amqp_publisher(url)?)),
             None => None,
         },
+        #[cfg(feature = "redis")]
+        redis: match &args.redis_url {
+            Some(url) => Some(std::sync::Arc::new(effect::redis_publisher(url)?)),
+            None => None,
+        },
     };
+    #[cfg(not(feature = "redis"))]
+    anyhow::ensure!(
+        args.redis_url.is_none(),
+        "outbox-chaos was built without `redis`"
+    );
     #[cfg(not(feature = "rabbitmq"))]
     anyhow::ensure!(
         args.amqp_url.is_none(),

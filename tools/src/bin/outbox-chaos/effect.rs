@@ -32,6 +32,10 @@ pub(crate) struct Behaviour {
     /// through the publisher's batch handler.
     #[cfg(feature = "rabbitmq")]
     pub(crate) amqp: Option<Arc<diesel_outbox_rabbitmq::RabbitPublisher>>,
+    /// Publish each claim's deliveries to Redis Streams before the effect,
+    /// through the publisher's batch handler.
+    #[cfg(feature = "redis")]
+    pub(crate) redis: Option<Arc<diesel_outbox_redis::StreamPublisher>>,
 }
 
 /// A registry with the scenario handler for `order.created` v1.
@@ -39,7 +43,13 @@ pub(crate) fn registry(recorder: Recorder, behaviour: Behaviour) -> anyhow::Resu
     #[cfg(feature = "rabbitmq")]
     if let Some(publisher) = behaviour.amqp.clone() {
         return Ok(Registry::builder()
-            .batch_handler(KIND, 1, amqp_handler(recorder, publisher))
+            .batch_handler(KIND, 1, batch_publishing(recorder, publisher))
+            .build()?);
+    }
+    #[cfg(feature = "redis")]
+    if let Some(publisher) = behaviour.redis.clone() {
+        return Ok(Registry::builder()
+            .batch_handler(KIND, 1, batch_publishing(recorder, publisher))
             .build()?);
     }
     Ok(Registry::builder()
@@ -47,15 +57,14 @@ pub(crate) fn registry(recorder: Recorder, behaviour: Behaviour) -> anyhow::Resu
         .build()?)
 }
 
-/// The scenario handler over RabbitMQ: `begin` for each delivery of the
-/// batch, the batch published through the publisher's own batch handler,
-/// then `done` or `fail` for each by its own confirm.
-#[cfg(feature = "rabbitmq")]
-fn amqp_handler(
+/// The scenario handler over a broker's batch publisher: `begin` for each
+/// delivery of the batch, the batch published through the publisher's own
+/// batch handler, then `done` or `fail` for each by its own answer.
+#[cfg(any(feature = "rabbitmq", feature = "redis"))]
+fn batch_publishing<P: diesel_outbox_core::BatchHandler + 'static>(
     recorder: Recorder,
-    publisher: Arc<diesel_outbox_rabbitmq::RabbitPublisher>,
+    publisher: Arc<P>,
 ) -> impl diesel_outbox_core::BatchHandler {
-    use diesel_outbox_core::BatchHandler as _;
     diesel_outbox_core::batch_handler_fn(move |deliveries: Vec<Delivery>| {
         let (recorder, publisher) = (recorder.clone(), Arc::clone(&publisher));
         async move {
@@ -89,6 +98,20 @@ pub(crate) const AMQP_QUEUE: &str = "chaos.orders";
 /// See [`AMQP_EXCHANGE`].
 #[cfg(feature = "rabbitmq")]
 pub(crate) const AMQP_ROUTING_KEY: &str = "order";
+
+/// The stream of the Redis scenario.
+#[cfg(feature = "redis")]
+pub(crate) const REDIS_STREAM: &str = "chaos:orders";
+
+/// The publisher of the Redis scenario, ids `chaos:<task id>`, remembered
+/// for ten minutes: longer than any outage the scenario makes.
+#[cfg(feature = "redis")]
+pub(crate) fn redis_publisher(url: &str) -> anyhow::Result<diesel_outbox_redis::StreamPublisher> {
+    Ok(diesel_outbox_redis::StreamPublisher::builder(url)
+        .route(KIND, 1, REDIS_STREAM)
+        .message_id_prefix("chaos")
+        .build()?)
+}
 
 /// The publisher of the RabbitMQ scenario, ids `chaos:<task id>`.
 #[cfg(feature = "rabbitmq")]

@@ -83,7 +83,7 @@ pub(crate) struct Args {
     /// The backend to run on: postgres or mysql; both when omitted.
     #[arg(long, value_parser = outbox_tools::backend::parser(&BACKENDS).because(SERVERS_ONLY))]
     backend: Option<BackendKind>,
-    /// Run only this scenario: restart, kill, nats, rabbitmq, pool, abandon,
+    /// Run only this scenario: restart, kill, nats, rabbitmq, redis, pool, abandon,
     /// trickle, clock or hang; with `--cluster`: galera, failover or
     /// nats-cluster.
     #[arg(long)]
@@ -189,6 +189,11 @@ async fn run_all(
         true => Some(servers::rabbitmq::RabbitServer::start(run).await?),
         false => None,
     };
+    #[cfg(feature = "redis")]
+    let mut redis = match scenarios.contains(&"redis") {
+        true => Some(servers::redis::RedisServer::start(run).await?),
+        false => None,
+    };
     let mut reports = Vec::new();
     for backend in backends {
         let found = match backend {
@@ -203,6 +208,8 @@ async fn run_all(
                     nats.as_mut(),
                     #[cfg(feature = "rabbitmq")]
                     rabbitmq.as_mut(),
+                    #[cfg(feature = "redis")]
+                    redis.as_mut(),
                 )
                 .await?
             }
@@ -217,6 +224,8 @@ async fn run_all(
                     nats.as_mut(),
                     #[cfg(feature = "rabbitmq")]
                     rabbitmq.as_mut(),
+                    #[cfg(feature = "redis")]
+                    redis.as_mut(),
                 )
                 .await?
             }
@@ -240,6 +249,7 @@ async fn on<B: ChaosDb>(
     quick: bool,
     #[cfg(feature = "nats")] mut nats: Option<&mut servers::nats::NatsServer>,
     #[cfg(feature = "rabbitmq")] mut rabbitmq: Option<&mut servers::rabbitmq::RabbitServer>,
+    #[cfg(feature = "redis")] mut redis: Option<&mut servers::redis::RedisServer>,
 ) -> anyhow::Result<Vec<Report>> {
     eprintln!("chaos: starting a private {} server", backend.name());
     let mut server = B::Server::start(run)
@@ -254,6 +264,8 @@ async fn on<B: ChaosDb>(
             nats: nats.as_deref_mut(),
             #[cfg(feature = "rabbitmq")]
             rabbitmq: rabbitmq.as_deref_mut(),
+            #[cfg(feature = "redis")]
+            redis: redis.as_deref_mut(),
             backend,
             quick,
             progress: Progress::new(name, backend.name()),

@@ -26,6 +26,8 @@ pub(crate) struct RelaySpec {
     pub(crate) nats_url: Option<String>,
     /// Publish through the RabbitMQ batch publisher to this broker.
     pub(crate) amqp_url: Option<String>,
+    /// Publish through the Redis Streams batch publisher to this server.
+    pub(crate) redis_url: Option<String>,
     /// Listen for wake-ups at commit where the backend can (PostgreSQL's
     /// NOTIFY), beside polling.
     pub(crate) notify: bool,
@@ -48,6 +50,7 @@ impl Default for RelaySpec {
             hang: false,
             nats_url: None,
             amqp_url: None,
+            redis_url: None,
             notify: false,
             clock_offset: None,
         }
@@ -118,6 +121,9 @@ impl Relays {
         }
         if let Some(url) = &spec.amqp_url {
             command.args(["--amqp-url", url]);
+        }
+        if let Some(url) = &spec.redis_url {
+            command.args(["--redis-url", url]);
         }
         if let Some(url) = &spec.nats_url {
             command.args(["--nats-url", url]);

@@ -10,6 +10,8 @@ pub(crate) mod nats;
 pub(crate) mod pool;
 #[cfg(feature = "rabbitmq")]
 pub(crate) mod rabbitmq;
+#[cfg(feature = "redis")]
+pub(crate) mod redis;
 pub(crate) mod restart;
 pub(crate) mod trickle;
 
@@ -32,8 +34,8 @@ use super::{
 };
 
 /// Every scenario, in the order they run.
-pub(crate) const ALL: [&str; 9] = [
-    "restart", "kill", "nats", "rabbitmq", "pool", "abandon", "trickle", "clock", "hang",
+pub(crate) const ALL: [&str; 10] = [
+    "restart", "kill", "nats", "rabbitmq", "redis", "pool", "abandon", "trickle", "clock", "hang",
 ];
 
 /// What a scenario runs with.
@@ -45,6 +47,8 @@ pub(crate) struct Ctx<'a, B: ChaosDb> {
     pub(crate) nats: Option<&'a mut super::servers::nats::NatsServer>,
     #[cfg(feature = "rabbitmq")]
     pub(crate) rabbitmq: Option<&'a mut super::servers::rabbitmq::RabbitServer>,
+    #[cfg(feature = "redis")]
+    pub(crate) redis: Option<&'a mut super::servers::redis::RedisServer>,
     pub(crate) backend: BackendKind,
     pub(crate) quick: bool,
     pub(crate) progress: Progress,
@@ -87,6 +91,8 @@ pub(crate) async fn run<B: ChaosDb>(name: &'static str, ctx: &mut Ctx<'_, B>) ->
         "nats" => nats::run(ctx, &mut report).await,
         #[cfg(feature = "rabbitmq")]
         "rabbitmq" => rabbitmq::run(ctx, &mut report).await,
+        #[cfg(feature = "redis")]
+        "redis" => redis::run(ctx, &mut report).await,
         "pool" => pool::run(ctx, &mut report).await,
         "abandon" => abandon::run(ctx, &mut report).await,
         "trickle" => trickle::run(ctx, &mut report).await,
