@@ -145,6 +145,11 @@ pub struct Operations;
 #[doc = include_str!("../../../docs/consuming.md")]
 pub struct Consuming;
 
+/// `docs/redis.md`, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/redis.md")]
+pub struct Redis;
+
 /// `docs/scaling.md`, compiled as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/scaling.md")]

@@ -3,7 +3,7 @@
 //! or give up.
 //!
 //! A broker adapter (the JetStream [`InboxConsumer`], the RabbitMQ
-//! consumer) turns the broker's messages into a stream of [`Received`]
+//! consumer, the Redis Streams consumer) turns the broker's messages into a stream of [`Received`]
 //! items, each of which decodes into an [`Incoming`] and knows the broker's
 //! three answers ([`Acknowledge`]): acknowledge, hand back after a delay,
 //! give up (copy to a dead-letter destination, then end its deliveries).
