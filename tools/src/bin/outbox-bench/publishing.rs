@@ -219,3 +219,112 @@ pub(crate) async fn through_relay<B: Raw>(
     );
     Ok(rate)
 }
+
+/// What a broker's figures are called.
+#[cfg(any(feature = "rabbitmq", feature = "redis"))]
+pub(crate) struct Names {
+    /// The broker as the table names it (`RabbitMQ`).
+    pub(crate) broker: &'static str,
+    /// The title of the relay's plot.
+    pub(crate) plot: &'static str,
+    /// The raw client's loop, reading no database.
+    pub(crate) raw: &'static str,
+    /// The overlapping hand-written publisher.
+    pub(crate) hand_written: &'static str,
+}
+
+/// The relay with a broker's publisher against the overlapping
+/// hand-written publisher (at `target`) and the raw client's loop, with
+/// [`IN_FLIGHT`] acknowledgements in flight everywhere, interleaved over
+/// the plan's runs; and this process's CPU per task for the relay and the
+/// hand-written publisher. `relay` and `raw` measure one run of `count`
+/// tasks; `sink` makes the hand-written publisher's destination.
+#[cfg(any(feature = "rabbitmq", feature = "redis"))]
+pub(crate) async fn against_hand_written<B, S, SinkFut, RelayFut, RawFut>(
+    db: &B,
+    plan: &super::Plan,
+    names: &Names,
+    target: f64,
+    relay: impl Fn(u64) -> RelayFut,
+    raw: impl Fn(u64) -> RawFut,
+    sink: impl Fn() -> SinkFut,
+) -> anyhow::Result<Vec<super::figure::Figure>>
+where
+    B: Raw,
+    S: Sink,
+    SinkFut: Future<Output = anyhow::Result<S>>,
+    RelayFut: Future<Output = anyhow::Result<f64>>,
+    RawFut: Future<Output = anyhow::Result<f64>>,
+{
+    use super::{
+        drain::timed,
+        figure::{CPU_UNIT, Cpu, Figure, Plot},
+        stats::median,
+    };
+    let count = plan.nats_tasks;
+    let (mut library, mut baseline, mut overlapping) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cpu_relay, mut cpu_overlapping) = (Vec::new(), Vec::new());
+    for _ in 0..plan.runs {
+        pending(db, count).await?;
+        timed(count, relay(count), &mut library, &mut cpu_relay).await?;
+        baseline.push(raw(count).await?);
+        pending(db, count).await?;
+        let overlap = async { hand_written_overlapping(db, &sink().await?, count).await };
+        timed(count, overlap, &mut overlapping, &mut cpu_overlapping).await?;
+    }
+    let (library, baseline, overlapping) =
+        (median(&library), median(&baseline), median(&overlapping));
+    let (cpu_relay, cpu_overlapping) = (median(&cpu_relay), median(&cpu_overlapping));
+    let broker = names.broker;
+    let figure = |scenario: String, baseline: f64, target, baseline_name| Figure {
+        backend: B::NAME,
+        scenario,
+        unit: "tasks/s",
+        library,
+        baseline,
+        ratio: library / baseline,
+        higher_is_better: true,
+        runs: plan.runs,
+        target,
+        baseline_name,
+        cpu: None,
+        plot: Plot::None,
+    };
+    Ok(vec![
+        Figure {
+            cpu: Some(Cpu {
+                library: cpu_relay,
+                baseline: Some(cpu_overlapping),
+            }),
+            plot: Plot::Throughput(names.plot),
+            ..figure(
+                format!(
+                    "publish {count} to {broker} through the relay, against a hand-written publisher overlapping its round trips"
+                ),
+                overlapping,
+                Some(target),
+                names.hand_written,
+            )
+        },
+        figure(
+            format!("publish {count} to {broker} through the relay"),
+            baseline,
+            None,
+            names.raw,
+        ),
+        Figure {
+            backend: B::NAME,
+            scenario: format!("publish {count} to {broker}: this process's CPU per task, relay"),
+            unit: CPU_UNIT,
+            library: cpu_relay,
+            baseline: cpu_overlapping,
+            ratio: cpu_relay / cpu_overlapping,
+            higher_is_better: false,
+            runs: plan.runs,
+            target: None,
+            baseline_name: "hand-written publisher overlapping its round trips",
+            cpu: None,
+            plot: Plot::None,
+        },
+    ])
+}

@@ -10,11 +10,9 @@ use redis::aio::MultiplexedConnection;
 
 use super::{
     Plan,
-    drain::timed,
-    figure::{CPU_UNIT, Cpu, Figure, Plot},
-    publishing::{IN_FLIGHT, KIND, Sink, hand_written_overlapping, pending, through_relay},
+    figure::Figure,
+    publishing::{IN_FLIGHT, KIND, Names, Sink, against_hand_written, through_relay},
     raw::{Claimed, Raw},
-    stats::median,
 };
 
 /// A stream of one run and a connection to add to it by hand.
@@ -125,78 +123,22 @@ async fn raw(count: u64) -> anyhow::Result<f64> {
 }
 
 /// The relay with the Streams publisher against the overlapping
-/// hand-written publisher (target 0.90x) and raw pipelined `XADD`s,
-/// interleaved; and this process's CPU per task for the relay and the
-/// hand-written publisher.
+/// hand-written publisher (target 0.90x) and raw pipelined `XADD`s.
 pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<Figure>> {
-    let count = plan.nats_tasks;
-    let (mut library, mut baseline, mut overlapping) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut cpu_relay, mut cpu_overlapping) = (Vec::new(), Vec::new());
-    for _ in 0..plan.runs {
-        pending(db, count).await?;
-        timed(count, relay(db, count), &mut library, &mut cpu_relay).await?;
-        baseline.push(raw(count).await?);
-        pending(db, count).await?;
-        let overlap = async {
-            let sink = Stream::create("bench_redis_overlap").await?;
-            hand_written_overlapping(db, &sink, count).await
-        };
-        timed(count, overlap, &mut overlapping, &mut cpu_overlapping).await?;
-    }
-    let (library, baseline, overlapping) =
-        (median(&library), median(&baseline), median(&overlapping));
-    let (cpu_relay, cpu_overlapping) = (median(&cpu_relay), median(&cpu_overlapping));
-    let figure = |scenario: String, baseline: f64, target, baseline_name| Figure {
-        backend: B::NAME,
-        scenario,
-        unit: "tasks/s",
-        library,
-        baseline,
-        ratio: library / baseline,
-        higher_is_better: true,
-        runs: plan.runs,
-        target,
-        baseline_name,
-        cpu: None,
-        plot: Plot::None,
+    let names = Names {
+        broker: "Redis Streams",
+        plot: "Redis Streams: the relay, against a hand-written publisher",
+        raw: "raw XADD, 256 per pipeline",
+        hand_written: "hand-written publisher, 2 connections: claim next, pipeline XADDs, complete previous at once",
     };
-    Ok(vec![
-        Figure {
-            cpu: Some(Cpu {
-                library: cpu_relay,
-                baseline: Some(cpu_overlapping),
-            }),
-            plot: Plot::Throughput("Redis Streams: the relay, against a hand-written publisher"),
-            ..figure(
-                format!(
-                    "publish {count} to Redis Streams through the relay, against a hand-written publisher overlapping its round trips"
-                ),
-                overlapping,
-                Some(0.90),
-                "hand-written publisher, 2 connections: claim next, pipeline XADDs, complete previous at once",
-            )
-        },
-        figure(
-            format!("publish {count} to Redis Streams through the relay"),
-            baseline,
-            None,
-            "raw XADD, 256 per pipeline",
-        ),
-        Figure {
-            backend: B::NAME,
-            scenario: format!(
-                "publish {count} to Redis Streams: this process's CPU per task, relay"
-            ),
-            unit: CPU_UNIT,
-            library: cpu_relay,
-            baseline: cpu_overlapping,
-            ratio: cpu_relay / cpu_overlapping,
-            higher_is_better: false,
-            runs: plan.runs,
-            target: None,
-            baseline_name: "hand-written publisher overlapping its round trips",
-            cpu: None,
-            plot: Plot::None,
-        },
-    ])
+    against_hand_written(
+        db,
+        plan,
+        &names,
+        0.90,
+        |count| relay(db, count),
+        raw,
+        || Stream::create("bench_redis_overlap"),
+    )
+    .await
 }
