@@ -2,6 +2,8 @@
 //! each, relay processes, and the closing check that nothing was lost.
 
 pub(crate) mod abandon;
+#[cfg(any(feature = "rabbitmq", feature = "redis"))]
+pub(crate) mod broker_outage;
 pub(crate) mod clock;
 pub(crate) mod hang;
 pub(crate) mod kill;

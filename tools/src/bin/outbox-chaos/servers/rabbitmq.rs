@@ -121,3 +121,13 @@ impl RabbitServer {
         self.launch(run).await
     }
 }
+
+impl crate::scenarios::broker_outage::Broker for RabbitServer {
+    async fn kill(&mut self) -> anyhow::Result<()> {
+        RabbitServer::kill(self).await
+    }
+
+    async fn restart(&mut self, run: &RunDir) -> anyhow::Result<()> {
+        RabbitServer::restart(self, run).await
+    }
+}

@@ -85,3 +85,13 @@ impl RedisServer {
         self.launch(run).await
     }
 }
+
+impl crate::scenarios::broker_outage::Broker for RedisServer {
+    async fn kill(&mut self) -> anyhow::Result<()> {
+        RedisServer::kill(self).await
+    }
+
+    async fn restart(&mut self, run: &RunDir) -> anyhow::Result<()> {
+        RedisServer::restart(self, run).await
+    }
+}
