@@ -58,6 +58,17 @@ impl Delivery {
         format!("{}:{}", self.outbox, self.id)
     }
 
+    /// The message id a publisher gives this delivery: its own
+    /// [message id](Self::message_id), or `<prefix>:<task id>` with an
+    /// explicit prefix (which the publisher checked with
+    /// [`check_message_id_prefix`](crate::wire::check_message_id_prefix)).
+    pub fn message_id_with(&self, prefix: Option<&str>) -> String {
+        match prefix {
+            Some(prefix) => format!("{prefix}:{}", self.id),
+            None => self.message_id(),
+        }
+    }
+
     /// The kind and version that selected the handler.
     pub fn key(&self) -> HandlerKey {
         HandlerKey::new(self.task.kind.clone(), self.task.version)
@@ -99,5 +110,18 @@ impl Delivery {
                 reason: e.to_string(),
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_replaces_the_outbox_id_in_the_message_id() {
+        let delivery = Delivery::new(TaskId::new(42), 1, Task::new("k", 1, "{}"))
+            .in_outbox(OutboxId::new("3f9c"));
+        assert_eq!(delivery.message_id_with(None), "3f9c:42");
+        assert_eq!(delivery.message_id_with(Some("orders")), "orders:42");
     }
 }

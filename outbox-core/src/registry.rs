@@ -130,6 +130,18 @@ impl RegistryBuilder {
         self.register(kind, version, Handling::Batch(Arc::new(handler)))
     }
 
+    /// Registers `handler` as the batch handler of every key of `keys` (a
+    /// publisher's routed kinds and versions).
+    pub fn batch_handler_for<'a, H: BatchHandler + Clone>(
+        self,
+        keys: impl IntoIterator<Item = &'a HandlerKey>,
+        handler: &H,
+    ) -> Self {
+        keys.into_iter().fold(self, |registry, key| {
+            registry.batch_handler(key.kind.clone(), key.version, handler.clone())
+        })
+    }
+
     fn register(mut self, kind: impl Into<String>, version: i32, handling: Handling) -> Self {
         match self.handlers.entry(HandlerKey::new(kind, version)) {
             Entry::Occupied(entry) => {

@@ -89,19 +89,14 @@ impl JetStreamPublisher {
     /// The `Nats-Msg-Id` of a delivery: its [message id](Delivery::message_id),
     /// or `<prefix>:<task id>` with an explicit `message_id_prefix`.
     pub fn message_id(&self, delivery: &Delivery) -> String {
-        match &self.inner.message_id_prefix {
-            Some(prefix) => format!("{prefix}:{}", delivery.id),
-            None => delivery.message_id(),
-        }
+        delivery.message_id_with(self.inner.message_id_prefix.as_deref())
     }
 
     /// Registers this publisher for every routed `(kind, version)`, as
     /// their batch handler: a relay publishes each claim's messages with
     /// their acknowledgements in flight together.
     pub fn register(&self, registry: RegistryBuilder) -> RegistryBuilder {
-        self.inner.routes.keys().fold(registry, |registry, key| {
-            registry.batch_handler(key.kind.clone(), key.version, self.clone())
-        })
+        registry.batch_handler_for(self.inner.routes.keys(), self)
     }
 
     /// Publishes `delivery` and waits for JetStream's acknowledgement.

@@ -72,18 +72,13 @@ impl RabbitPublisher {
     /// The `message_id` of a delivery: its [message id](Delivery::message_id),
     /// or `<prefix>:<task id>` with an explicit `message_id_prefix`.
     pub fn message_id(&self, delivery: &Delivery) -> String {
-        match &self.inner.message_id_prefix {
-            Some(prefix) => format!("{prefix}:{}", delivery.id),
-            None => delivery.message_id(),
-        }
+        delivery.message_id_with(self.inner.message_id_prefix.as_deref())
     }
 
     /// Registers this publisher as the batch handler of every routed
     /// `(kind, version)`.
     pub fn register(&self, registry: RegistryBuilder) -> RegistryBuilder {
-        self.inner.routes.keys().fold(registry, |registry, key| {
-            registry.batch_handler(key.kind.clone(), key.version, self.clone())
-        })
+        registry.batch_handler_for(self.inner.routes.keys(), self)
     }
 
     /// Publishes `delivery` and waits for the broker's confirm.
