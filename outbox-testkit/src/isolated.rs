@@ -43,6 +43,12 @@ pub trait Server: Send + Sync + 'static {
 
     /// `CREATE DATABASE` for `name`.
     fn create_database(name: &str) -> String;
+    /// What to set on the new database `name` before its first connection,
+    /// if anything (a statement of its own: PostgreSQL runs no `CREATE
+    /// DATABASE` beside another).
+    fn configure_database(_name: &str) -> Option<String> {
+        None
+    }
     /// `DROP DATABASE` for `name`, closing other sessions if the server can.
     fn drop_database(name: &str) -> String;
     /// A store with its own pool of `pool_size` connections on `url`.
@@ -197,11 +203,18 @@ impl<S: Server> TestBackend for IsolatedDb<S> {
     async fn create(test: &str) -> anyhow::Result<Self> {
         let admin_url = url::server_from_env(S::URL_VAR, S::SCHEMES, S::DEFAULT_URL);
         let name = url::database_name(test);
-        establish::<S>(&admin_url)
-            .await?
+        let mut admin = establish::<S>(&admin_url).await?;
+        admin
             .batch_execute(&S::create_database(&name))
             .await
             .with_context(|| format!("creating test database {name}"))?;
+        if let Some(configure) = S::configure_database(&name) {
+            admin
+                .batch_execute(&configure)
+                .await
+                .with_context(|| format!("configuring test database {name}"))?;
+        }
+        drop(admin);
         let url = url::with_database(&admin_url, &name);
         S::migrate(establish::<S>(&url).await?)
             .await
