@@ -21,31 +21,44 @@ pub(crate) fn is_reserved(name: &str) -> bool {
         || name.eq_ignore_ascii_case(PAYLOAD)
 }
 
-/// The field/value pairs of `delivery`'s entry, the payload last; a task
-/// header with a reserved name is a permanent failure.
-pub(crate) fn build(delivery: &Delivery, message_id: &str) -> Result<Vec<Vec<u8>>, HandlerError> {
-    let headers = delivery.headers();
-    let mut fields = Vec::with_capacity(2 * (headers.len() + 7));
-    let mut pair = |name: &str, value: &[u8]| {
-        fields.push(name.as_bytes().to_vec());
-        fields.push(value.to_vec());
-    };
-    pair(MESSAGE_ID, message_id.as_bytes());
-    pair(wire::TASK_ID, delivery.id.get().to_string().as_bytes());
-    pair(wire::KIND, delivery.task.kind.as_bytes());
-    pair(wire::VERSION, delivery.task.version.to_string().as_bytes());
-    pair(wire::ATTEMPT, delivery.attempt.to_string().as_bytes());
-    pair(wire::SOURCE, delivery.outbox.as_str().as_bytes());
-    for (name, value) in headers {
-        if is_reserved(name) {
-            return Err(HandlerError::permanent(anyhow::anyhow!(
-                "task header `{name}` uses a name reserved for the outbox's fields"
-            )));
-        }
-        pair(name, value.as_bytes());
+/// Why `delivery`'s entry cannot be written, if it cannot: a task header
+/// with a reserved name (a permanent failure).
+pub(crate) fn check(delivery: &Delivery) -> Result<(), HandlerError> {
+    match delivery.headers().keys().find(|name| is_reserved(name)) {
+        Some(name) => Err(HandlerError::permanent(anyhow::anyhow!(
+            "task header `{name}` uses a name reserved for the outbox's fields"
+        ))),
+        None => Ok(()),
     }
-    pair(PAYLOAD, delivery.payload());
-    Ok(fields)
+}
+
+/// How many arguments [`write`] appends for `delivery`: a name and a value
+/// for each of the outbox's six fields, the task's headers and the payload.
+pub(crate) fn count(delivery: &Delivery) -> usize {
+    2 * (6 + delivery.headers().len() + 1)
+}
+
+/// Appends the field/value pairs of `delivery`'s entry to `command`, the
+/// payload last (after [`check`]: headers with reserved names are not
+/// looked for again).
+pub(crate) fn write(command: &mut redis::Cmd, delivery: &Delivery, message_id: &str) {
+    command
+        .arg(MESSAGE_ID)
+        .arg(message_id)
+        .arg(wire::TASK_ID)
+        .arg(delivery.id.get())
+        .arg(wire::KIND)
+        .arg(&delivery.task.kind)
+        .arg(wire::VERSION)
+        .arg(delivery.task.version)
+        .arg(wire::ATTEMPT)
+        .arg(delivery.attempt)
+        .arg(wire::SOURCE)
+        .arg(delivery.outbox.as_str());
+    for (name, value) in delivery.headers() {
+        command.arg(name).arg(value);
+    }
+    command.arg(PAYLOAD).arg(delivery.payload());
 }
 
 /// A value as bytes, whatever form Redis gave it in.

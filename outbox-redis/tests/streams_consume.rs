@@ -514,6 +514,15 @@ async fn an_entry_whose_dead_letter_copy_fails_stays_pending_until_it_can_be_cop
             &[(b"message_id", b"stranger:1"), (b"payload", b"{}")],
         )
         .await?;
+    // The group exists before the consumer starts, so that the test's own
+    // reads of it never race the consumer's creating it.
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&stream)
+        .arg("shipping")
+        .arg("0")
+        .query_async(&mut connection)
+        .await?;
     let consumer = StreamConsumer::builder(
         db.store().clone(),
         redis.url(),

@@ -60,11 +60,12 @@ pub struct Added {
 /// (trace context among them) under their own names, and `payload`, last.
 ///
 /// It is a [`BatchHandler`] (what [`register`](Self::register) makes it)
-/// and a [`Handler`]: a relay's batch is sent on one multiplexed
-/// connection without waiting between commands, so it costs about one
-/// round trip. A command whose reply never came (Redis gone, a timeout)
-/// fails its task retryably: it is never counted as sent, and the dedup
-/// window absorbs the retry if the entry was added after all.
+/// and a [`Handler`]: a relay's batch goes to Redis as one script call per
+/// stream, in one round trip. A call
+/// Redis refused (the stream's key holds another type) fails each of its
+/// tasks for good; one whose reply never came (Redis gone, a timeout)
+/// fails its tasks retryably: none is counted as sent, and the dedup
+/// window absorbs the retry of those added after all.
 #[derive(Clone)]
 pub struct StreamPublisher {
     inner: Arc<Inner>,
@@ -121,13 +122,15 @@ impl StreamPublisher {
 
     /// Adds `delivery`'s entry once, or recognises its replay.
     ///
-    /// Retryable: Redis unreachable, no reply in time, a refused command.
-    /// Permanent: a kind with no route, a header with a reserved name, the
-    /// message id remembered for another task.
+    /// Retryable: Redis unreachable, no reply in time, a busy or loading
+    /// server. Permanent: a kind with no route, a header with a reserved
+    /// name, the message id remembered for another task, a command Redis
+    /// refuses for good (the stream's key holds another type).
     pub async fn publish(&self, delivery: &Delivery) -> Result<Added, HandlerError> {
-        let stream = self.route(delivery)?;
-        let connection = self.inner.connection.for_publishing().await?;
-        self.add(connection, stream, delivery).await
+        self.publish_all(std::slice::from_ref(delivery))
+            .await
+            .pop()
+            .unwrap_or_else(|| Err(HandlerError::retryable(anyhow::anyhow!("no answer"))))
     }
 
     /// The stream `delivery`'s kind and version are routed to.
@@ -142,38 +145,216 @@ impl StreamPublisher {
             })
     }
 
-    /// Runs the add-once script for `delivery` on `connection`.
-    async fn add(
-        &self,
-        mut connection: redis::aio::ConnectionManager,
-        stream: &str,
-        delivery: &Delivery,
-    ) -> Result<Added, HandlerError> {
-        let message_id = self.message_id(delivery);
-        let entry = fields::build(delivery, &message_id)?;
-        let identity = format!(
-            "{} {} {}",
-            delivery.outbox.as_str(),
-            delivery.id,
-            delivery.task.kind
-        );
+    /// `delivery`'s add, checked: its stream and message id.
+    fn prepare<'a>(&'a self, delivery: &'a Delivery) -> Result<Prepared<'a>, HandlerError> {
+        let stream = self.route(delivery)?;
+        fields::check(delivery)?;
+        Ok(Prepared {
+            stream,
+            message_id: self.message_id(delivery),
+            delivery,
+        })
+    }
+
+    /// The script's `EVALSHA` for `batch`, adds to one stream: every
+    /// message's keys, then its identity and its entry's fields, written
+    /// straight into the command.
+    fn command(&self, batch: &[&Prepared<'_>]) -> redis::Cmd {
         let window_ms = u64::try_from(self.inner.window.as_millis()).unwrap_or(u64::MAX);
-        let mut invocation = self.inner.script.key(dedup_key(stream, &message_id));
-        invocation
-            .key(stream)
-            .arg(window_ms)
-            .arg(self.inner.max_len.unwrap_or(0))
-            .arg(&identity)
-            .arg(entry);
-        let reply: Value = invocation
-            .invoke_async(&mut connection)
-            .await
-            .map_err(|error| publish_failed(&format!("adding to stream `{stream}`"), &error))?;
-        let (added, entry_id, same) = answer(&reply).ok_or_else(|| {
+        let mut command = redis::cmd("EVALSHA");
+        command
+            .arg(self.inner.script.get_hash())
+            .arg(2 * batch.len());
+        for prepared in batch {
+            command
+                .arg(dedup_key(prepared.stream, &prepared.message_id))
+                .arg(prepared.stream);
+        }
+        command.arg(window_ms).arg(self.inner.max_len.unwrap_or(0));
+        for prepared in batch {
+            let delivery = prepared.delivery;
+            command
+                .arg(format!(
+                    "{} {} {}",
+                    delivery.outbox.as_str(),
+                    delivery.id,
+                    delivery.task.kind
+                ))
+                .arg(fields::count(delivery));
+            fields::write(&mut command, delivery, &prepared.message_id);
+        }
+        command
+    }
+
+    /// Publishes every delivery: one script call per stream, all of them in
+    /// one pipeline on the multiplexed connection (one round trip), each
+    /// delivery answered by its own part of its call's reply.
+    async fn publish_all(&self, deliveries: &[Delivery]) -> Vec<Result<Added, HandlerError>> {
+        let prepared: Vec<_> = deliveries.iter().map(|d| self.prepare(d)).collect();
+        // The adds to send, grouped by stream in the order streams first
+        // appear: one script call each.
+        let mut streams: Vec<(&str, Vec<usize>)> = Vec::new();
+        for (n, prepared) in prepared.iter().enumerate() {
+            if let Ok(prepared) = prepared {
+                match streams
+                    .iter_mut()
+                    .find(|(stream, _)| *stream == prepared.stream)
+                {
+                    Some((_, members)) => members.push(n),
+                    None => streams.push((prepared.stream, vec![n])),
+                }
+            }
+        }
+        // Nothing to send (every kind unrouted): each fails for good,
+        // whether Redis is up or not.
+        if streams.is_empty() {
+            return prepared
+                .into_iter()
+                .map(|p| p.and(Err(HandlerError::retryable(anyhow::anyhow!("not sent")))))
+                .collect();
+        }
+        let commands: Vec<redis::Cmd> = streams
+            .iter()
+            .map(|(_, members)| {
+                let batch: Vec<&Prepared<'_>> = members
+                    .iter()
+                    .filter_map(|n| prepared[*n].as_ref().ok())
+                    .collect();
+                self.command(&batch)
+            })
+            .collect();
+        let replies = match self.inner.connection.for_publishing().await {
+            Ok(mut connection) => self.send(&mut connection, &commands).await,
+            Err(error) => {
+                let error = redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "could not reach Redis",
+                    error.to_string(),
+                ));
+                commands.iter().map(|_| Err(error.clone())).collect()
+            }
+        };
+        let mut answers: Vec<Option<Result<Added, HandlerError>>> =
+            prepared.iter().map(|_| None).collect();
+        for ((stream, members), reply) in streams.iter().zip(replies) {
+            let parts = reply
+                .map_err(|error| publish_failed(&format!("adding to stream `{stream}`"), &error))
+                .and_then(|reply| match reply {
+                    Value::Array(parts) if parts.len() == members.len() => Ok(parts),
+                    other => Err(HandlerError::retryable(anyhow::anyhow!(
+                        "adding to stream `{stream}`: unexpected reply {other:?}"
+                    ))),
+                });
+            match parts {
+                Ok(parts) => {
+                    for (n, part) in members.iter().zip(parts) {
+                        if let Some(Ok(prepared)) = prepared.get(*n) {
+                            answers[*n] = Some(prepared.answer(&part));
+                        }
+                    }
+                }
+                Err(error) => {
+                    let text = error.to_string();
+                    let permanent = error.is_permanent();
+                    for n in members {
+                        answers[*n] = Some(Err(if permanent {
+                            HandlerError::permanent(anyhow::anyhow!("{text}"))
+                        } else {
+                            HandlerError::retryable(anyhow::anyhow!("{text}"))
+                        }));
+                    }
+                }
+            }
+        }
+        prepared
+            .into_iter()
+            .zip(answers)
+            .map(|(prepared, answer)| {
+                prepared?;
+                answer.unwrap_or_else(|| Err(HandlerError::retryable(anyhow::anyhow!("no reply"))))
+            })
+            .collect()
+    }
+
+    /// Sends `commands` in one pipeline and returns each one's reply. A
+    /// call that found the script gone (a restarted Redis answers
+    /// `NOSCRIPT`) is sent again once it is loaded.
+    async fn send(
+        &self,
+        connection: &mut redis::aio::ConnectionManager,
+        commands: &[redis::Cmd],
+    ) -> Vec<redis::RedisResult<Value>> {
+        let mut replies = pipelined(connection, commands.iter()).await;
+        let lost: Vec<usize> = replies
+            .iter()
+            .enumerate()
+            .filter(|(_, reply)| matches!(reply, Err(error) if error.code() == Some("NOSCRIPT")))
+            .map(|(n, _)| n)
+            .collect();
+        if lost.is_empty() {
+            return replies;
+        }
+        if let Err(error) = self.inner.script.load_async(connection).await {
+            for n in lost {
+                replies[n] = Err(error.clone());
+            }
+            return replies;
+        }
+        let again = pipelined(connection, lost.iter().map(|n| &commands[*n])).await;
+        for (n, reply) in lost.into_iter().zip(again) {
+            replies[n] = reply;
+        }
+        replies
+    }
+}
+
+/// `commands` sent in one pipeline, each reply its own (a failure of the
+/// whole pipeline, a lost connection, answers each with it).
+async fn pipelined<'c>(
+    connection: &mut redis::aio::ConnectionManager,
+    commands: impl ExactSizeIterator<Item = &'c redis::Cmd>,
+) -> Vec<redis::RedisResult<Value>> {
+    let count = commands.len();
+    let mut pipe = redis::pipe();
+    for command in commands {
+        pipe.add_command(command.clone());
+    }
+    match pipe
+        .ignore_errors()
+        .query_async::<Vec<redis::RedisResult<Value>>>(connection)
+        .await
+    {
+        Ok(replies) if replies.len() == count => replies,
+        Ok(replies) => (0..count)
+            .map(|_| {
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::Parse,
+                    "a pipeline reply of the wrong length",
+                    format!("{} replies to {count} commands", replies.len()),
+                )))
+            })
+            .collect(),
+        Err(error) => (0..count).map(|_| Err(error.clone())).collect(),
+    }
+}
+
+/// One delivery's add, checked and ready to write into its stream's call.
+struct Prepared<'a> {
+    stream: &'a str,
+    message_id: String,
+    delivery: &'a Delivery,
+}
+
+impl Prepared<'_> {
+    /// What this add's part of its call's reply means for its task.
+    fn answer(&self, part: &Value) -> Result<Added, HandlerError> {
+        let stream = self.stream;
+        let (added, entry_id, same) = answer(part).ok_or_else(|| {
             HandlerError::retryable(anyhow::anyhow!(
-                "adding to stream `{stream}`: unexpected reply {reply:?}"
+                "adding to stream `{stream}`: unexpected reply {part:?}"
             ))
         })?;
+        let message_id = &self.message_id;
         if !added && !same {
             return Err(HandlerError::permanent(anyhow::anyhow!(
                 "message id `{message_id}` is taken in stream `{stream}` (entry {entry_id}) by \
@@ -182,7 +363,7 @@ impl StreamPublisher {
             )));
         }
         if !added {
-            tracing::debug!(task_id = delivery.id.get(), %stream, %entry_id, "Redis already held this task's entry: a replay");
+            tracing::debug!(task_id = self.delivery.id.get(), %stream, %entry_id, "Redis already held this task's entry: a replay");
         }
         Ok(Added {
             stream: stream.to_owned(),
@@ -218,38 +399,19 @@ impl Handler for StreamPublisher {
     }
 }
 
-/// Sends every delivery's script on the one multiplexed connection, then
-/// awaits the replies together: the batch costs about one round trip.
-/// Each delivery's answer is its own reply, checked as
+/// Sends the batch's adds as one script call per stream, in one pipeline
+/// on the multiplexed connection: the batch costs about one round trip and
+/// one script run. Each delivery's
+/// answer is its own reply, checked as
 /// [`publish`](StreamPublisher::publish) checks it.
 #[async_trait]
 impl BatchHandler for StreamPublisher {
     async fn handle_batch(&self, deliveries: Vec<Delivery>) -> Vec<Result<(), HandlerError>> {
-        let routes: Vec<_> = deliveries.iter().map(|d| self.route(d)).collect();
-        if routes.iter().all(Result::is_err) {
-            return routes.into_iter().map(|route| route.map(|_| ())).collect();
-        }
-        let connection = match self.inner.connection.for_publishing().await {
-            Ok(connection) => connection,
-            // Each delivery keeps its own permanent failure (no route).
-            Err(error) => {
-                let error = error.to_string();
-                return routes
-                    .into_iter()
-                    .map(|route| {
-                        route.and_then(|_| Err(HandlerError::retryable(anyhow::anyhow!("{error}"))))
-                    })
-                    .collect();
-            }
-        };
-        futures_util::future::join_all(deliveries.iter().zip(routes).map(|(delivery, route)| {
-            let connection = connection.clone();
-            async move {
-                let stream = route?;
-                self.add(connection, stream, delivery).await.map(|_| ())
-            }
-        }))
-        .await
+        self.publish_all(&deliveries)
+            .await
+            .into_iter()
+            .map(|added| added.map(|_| ()))
+            .collect()
     }
 }
 
