@@ -28,6 +28,7 @@ impl Member {
 struct Metadata {
     packages: Vec<Member>,
     workspace_root: PathBuf,
+    target_directory: PathBuf,
 }
 
 /// The workspace's members and its root folder.
@@ -35,6 +36,8 @@ struct Metadata {
 pub(crate) struct Members {
     pub(crate) packages: Vec<Member>,
     pub(crate) root: PathBuf,
+    /// Where cargo builds (`CARGO_TARGET_DIR`, or the root's `target`).
+    pub(crate) target: PathBuf,
 }
 
 impl Members {
@@ -58,6 +61,7 @@ pub(crate) fn members() -> anyhow::Result<Members> {
         serde_json::from_slice(&output.stdout).context("reading cargo metadata")?;
     Ok(Members {
         packages: metadata.packages,
+        target: metadata.target_directory,
         root: metadata.workspace_root,
     })
 }
