@@ -171,7 +171,27 @@ impl AsynqPublisher {
     pub async fn publish(&self, delivery: &Delivery) -> Result<(), HandlerError> {
         let message = self.task_message(delivery)?;
         let connection = self.inner.connection.for_publishing().await?;
-        self.enqueue(connection, message).await
+        let (listed, enqueued) = tokio::join!(
+            self.list_queue(connection.clone()),
+            self.enqueue(connection, message)
+        );
+        listed.and(enqueued)
+    }
+
+    /// Adds the queue to `asynq:queues`, which Asynq's server and tools list
+    /// (once per publish or batch, beside its enqueues).
+    async fn list_queue(
+        &self,
+        mut connection: redis::aio::ConnectionManager,
+    ) -> Result<(), HandlerError> {
+        let queue = &self.inner.queue;
+        redis::cmd("SADD")
+            .arg(layout::ALL_QUEUES)
+            .arg(queue)
+            .query_async::<i64>(&mut connection)
+            .await
+            .map(|_| ())
+            .map_err(|error| publish_failed(&format!("listing Asynq queue `{queue}`"), &error))
     }
 
     async fn enqueue(
@@ -196,15 +216,11 @@ impl AsynqPublisher {
             publish_failed(&format!("enqueueing into Asynq queue `{queue}`"), &error)
         };
         // The script is sent by hash and loaded again when Redis lost it
-        // (a restart); the queue's name goes in beside it.
-        let mut listing = connection.clone();
-        let mut list = redis::cmd("SADD");
-        list.arg(layout::ALL_QUEUES).arg(queue);
-        let (reply, _): (Value, i64) = tokio::try_join!(
-            invocation.invoke_async(&mut connection),
-            list.query_async(&mut listing),
-        )
-        .map_err(lost)?;
+        // (a restart).
+        let reply: Value = invocation
+            .invoke_async(&mut connection)
+            .await
+            .map_err(lost)?;
         match reply {
             Value::Int(1) => Ok(()),
             stored => self.own_replay(&message, &stored),
@@ -268,11 +284,25 @@ impl BatchHandler for AsynqPublisher {
                     .collect();
             }
         };
-        futures_util::future::join_all(messages.into_iter().map(|message| {
+        let enqueues = futures_util::future::join_all(messages.into_iter().map(|message| {
             let connection = connection.clone();
             async move { self.enqueue(connection, message?).await }
-        }))
-        .await
+        }));
+        let (listed, enqueued) = tokio::join!(self.list_queue(connection), enqueues);
+        match listed {
+            Ok(()) => enqueued,
+            // A task whose queue is not listed is not counted as sent.
+            Err(error) => {
+                let error = error.to_string();
+                enqueued
+                    .into_iter()
+                    .map(|answer| {
+                        answer
+                            .and_then(|()| Err(HandlerError::retryable(anyhow::anyhow!("{error}"))))
+                    })
+                    .collect()
+            }
+        }
     }
 }
 

@@ -213,25 +213,24 @@ impl StreamPublisher {
                 .map(|p| p.and(Err(HandlerError::retryable(anyhow::anyhow!("not sent")))))
                 .collect();
         }
-        let commands: Vec<redis::Cmd> = streams
+        let batches: Vec<Vec<&Prepared<'_>>> = streams
             .iter()
             .map(|(_, members)| {
-                let batch: Vec<&Prepared<'_>> = members
+                members
                     .iter()
                     .filter_map(|n| prepared[*n].as_ref().ok())
-                    .collect();
-                self.command(&batch)
+                    .collect()
             })
             .collect();
         let replies = match self.inner.connection.for_publishing().await {
-            Ok(mut connection) => self.send(&mut connection, &commands).await,
+            Ok(mut connection) => self.send(&mut connection, &batches).await,
             Err(error) => {
                 let error = redis::RedisError::from((
                     redis::ErrorKind::Io,
                     "could not reach Redis",
                     error.to_string(),
                 ));
-                commands.iter().map(|_| Err(error.clone())).collect()
+                batches.iter().map(|_| Err(error.clone())).collect()
             }
         };
         let mut answers: Vec<Option<Result<Added, HandlerError>>> =
@@ -276,15 +275,17 @@ impl StreamPublisher {
             .collect()
     }
 
-    /// Sends `commands` in one pipeline and returns each one's reply. A
-    /// call that found the script gone (a restarted Redis answers
-    /// `NOSCRIPT`) is sent again once it is loaded.
+    /// Sends one script call per batch in one pipeline and returns each
+    /// call's reply. A call that found the script gone (a restarted Redis
+    /// answers `NOSCRIPT`) is written again and sent once the script is
+    /// loaded: the first send takes the calls, and a lost script is rare.
     async fn send(
         &self,
         connection: &mut redis::aio::ConnectionManager,
-        commands: &[redis::Cmd],
+        batches: &[Vec<&Prepared<'_>>],
     ) -> Vec<redis::RedisResult<Value>> {
-        let mut replies = pipelined(connection, commands.iter()).await;
+        let calls = batches.iter().map(|batch| self.command(batch)).collect();
+        let mut replies = pipelined(connection, calls).await;
         let lost: Vec<usize> = replies
             .iter()
             .enumerate()
@@ -300,7 +301,8 @@ impl StreamPublisher {
             }
             return replies;
         }
-        let again = pipelined(connection, lost.iter().map(|n| &commands[*n])).await;
+        let calls = lost.iter().map(|n| self.command(&batches[*n])).collect();
+        let again = pipelined(connection, calls).await;
         for (n, reply) in lost.into_iter().zip(again) {
             replies[n] = reply;
         }
@@ -310,14 +312,14 @@ impl StreamPublisher {
 
 /// `commands` sent in one pipeline, each reply its own (a failure of the
 /// whole pipeline, a lost connection, answers each with it).
-async fn pipelined<'c>(
+async fn pipelined(
     connection: &mut redis::aio::ConnectionManager,
-    commands: impl ExactSizeIterator<Item = &'c redis::Cmd>,
+    commands: Vec<redis::Cmd>,
 ) -> Vec<redis::RedisResult<Value>> {
     let count = commands.len();
     let mut pipe = redis::pipe();
     for command in commands {
-        pipe.add_command(command.clone());
+        pipe.add_command(command);
     }
     match pipe
         .ignore_errors()
