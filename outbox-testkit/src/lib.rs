@@ -42,6 +42,8 @@ pub mod conformance;
 mod drop_database;
 pub mod handler;
 pub mod isolated;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod metrics;
 #[cfg(feature = "mysql")]
 pub mod mysql;

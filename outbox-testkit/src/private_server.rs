@@ -17,8 +17,9 @@ pub fn free_port() -> anyhow::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-/// A server process started by a test, killed (by its pid) when dropped;
-/// its scratch folder is removed then too.
+/// A server process started by a test, in its scratch folder (the
+/// process's working directory), killed (by its pid) when dropped; its
+/// scratch folder is removed then too.
 #[derive(Debug)]
 pub struct PrivateServer {
     program: String,
@@ -79,6 +80,7 @@ impl PrivateServer {
         self.kill()?;
         let child = Command::new(&self.program)
             .args(&self.args)
+            .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
