@@ -1,8 +1,9 @@
 //! Project tasks, run as `cargo xtask <command>`.
 //!
 //! - `test [ARGS]`: every test of the workspace, after checking (and
-//!   starting, when they are down) the services the tests talk to and
-//!   installing what the browser test needs; `ARGS` go to `cargo test`.
+//!   starting, when they are down) the services the tests talk to,
+//!   installing what the browser test needs and starting a private Kafka
+//!   broker (tansu, installed once per machine); `ARGS` go to `cargo test`.
 //! - `ci`: checks beyond the tests, such as backends compiling only when chosen.
 //! - `demo [--backend sqlite|postgres|mysql] [--orders N] [--nats | --rabbitmq]`:
 //!   an order service on SQLite (default, nothing to start) or the local
@@ -24,6 +25,7 @@
 use clap::{Parser, Subcommand};
 
 mod ci;
+mod kafka;
 mod packages;
 mod services;
 mod tool;
@@ -67,9 +69,19 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-/// `cargo xtask test`: what the tests need, then the tests.
+/// `cargo xtask test`: what the tests need, then the tests. The Kafka
+/// tests get a private broker of the run's own unless
+/// `OUTBOX_KAFKA_BOOTSTRAP` names one.
 fn test(args: &[String]) -> anyhow::Result<()> {
     services::ensure_all()?;
     packages::ensure(&packages::BROWSER)?;
-    tool::cargo(&["test", "--workspace"], args)
+    let broker = match std::env::var_os(kafka::BOOTSTRAP_VAR) {
+        Some(_) => None,
+        None => Some(kafka::PrivateBroker::start()?),
+    };
+    let env: Vec<(&str, &str)> = broker
+        .iter()
+        .map(|broker| (kafka::BOOTSTRAP_VAR, broker.bootstrap()))
+        .collect();
+    tool::cargo_with_env(&["test", "--workspace"], args, &env)
 }

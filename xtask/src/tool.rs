@@ -13,9 +13,19 @@ pub(crate) fn cargo_program() -> String {
 /// Runs `cargo FIRST... -- REST...` (no `--` when `rest` is empty) and fails
 /// when it fails.
 pub(crate) fn cargo(first: &[&str], rest: &[String]) -> anyhow::Result<()> {
+    cargo_with_env(first, rest, &[])
+}
+
+/// [`cargo`], with `env` set for it.
+pub(crate) fn cargo_with_env(
+    first: &[&str],
+    rest: &[String],
+    env: &[(&str, &str)],
+) -> anyhow::Result<()> {
     let mut command = Command::new(cargo_program());
     command.args(first);
     command.args(rest);
+    command.envs(env.iter().copied());
     let status = command
         .status()
         .with_context(|| format!("running cargo {}", first.join(" ")))?;
@@ -91,7 +101,8 @@ pub(crate) fn demo(args: &[String]) -> anyhow::Result<()> {
 
 /// `cargo xtask bench`: optimised unless `--quick` (a smoke check), with the
 /// backends `--backend` names (all by default) and each broker unless
-/// `--no-nats`, `--no-rabbitmq` or `--no-redis` leaves it out. The bench is told it ran as `cargo xtask bench`, the
+/// `--no-nats`, `--no-rabbitmq`, `--no-redis` or `--no-kafka` leaves it out
+/// (Kafka's broker, tansu, is installed first when missing). The bench is told it ran as `cargo xtask bench`, the
 /// command `--write-docs` records.
 pub(crate) fn bench(args: &[String]) -> anyhow::Result<()> {
     let mut features = match value(args, "backend").unwrap_or("all") {
@@ -107,6 +118,10 @@ pub(crate) fn bench(args: &[String]) -> anyhow::Result<()> {
     if !has(args, "--no-redis") {
         features.push("redis");
     }
+    if !has(args, "--no-kafka") {
+        crate::kafka::ensure_installed()?;
+        features.push("kafka");
+    }
     let mut passed = args.to_vec();
     passed.push("--invoked-as=cargo xtask bench".to_owned());
     run(
@@ -119,16 +134,18 @@ pub(crate) fn bench(args: &[String]) -> anyhow::Result<()> {
 }
 
 /// `cargo xtask chaos`: every backend and broker the scenarios use, after
-/// installing the packages the scenarios need.
+/// installing the packages (and Kafka's broker, tansu) the scenarios need.
 pub(crate) fn chaos(args: &[String]) -> anyhow::Result<()> {
     crate::packages::ensure(&crate::packages::FAKETIME)?;
     if has(args, "--cluster") {
         crate::packages::ensure(&crate::packages::GALERA)?;
+    } else {
+        crate::kafka::ensure_installed()?;
     }
     run(
         "outbox-chaos",
         "chaos",
-        &["postgres", "mysql", "nats", "rabbitmq", "redis"],
+        &["postgres", "mysql", "nats", "rabbitmq", "redis", "kafka"],
         false,
         args,
     )
