@@ -16,6 +16,8 @@
 //! - [`conformance`]: one suite of scenarios, written once and generic over
 //!   the backend, that every store must pass; [`conformance_tests!`] expands
 //!   it into `#[tokio::test]`s.
+//! - `kafka` (with the `kafka` feature): a topic per test on the broker
+//!   `cargo xtask test` starts, records read back and written raw.
 //!
 //! Servers come from `OUTBOX_PG_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`) and `OUTBOX_MYSQL_URL` (default

@@ -145,6 +145,11 @@ pub struct Operations;
 #[doc = include_str!("../../../docs/consuming.md")]
 pub struct Consuming;
 
+/// `docs/kafka.md`, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/kafka.md")]
+pub struct Kafka;
+
 /// `docs/redis.md`, compiled as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/redis.md")]
