@@ -15,6 +15,15 @@ pub enum KafkaError {
         /// Why it was rejected.
         reason: String,
     },
+    /// The consumer could not start reading the topic: its partitions could
+    /// not be read or assigned (the broker is unreachable, say).
+    #[error("cannot start reading topic `{topic}`: {source}")]
+    Start {
+        /// The topic.
+        topic: String,
+        /// What the client said.
+        source: confluent_kafka::common::Error,
+    },
     /// Talking to the broker failed.
     #[error("Kafka request failed: {0}")]
     Kafka(#[from] confluent_kafka::common::Error),

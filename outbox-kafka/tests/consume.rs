@@ -342,3 +342,29 @@ async fn partitions_hand_over_between_consumers_without_loss_or_doubles() -> any
     assert!(left.applied > 0 && right.applied > 0, "{left:?} {right:?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_that_does_not_exist_fails_the_start_naming_it() -> anyhow::Result<()> {
+    let db = database("kafka_consume_missing").await?;
+    let topic = TestTopic::create("kafka_consume_missing", 1).await?;
+    let missing = format!("{}-missing", topic.topic());
+    let builder = InboxConsumer::builder(
+        db.store().clone(),
+        topic.bootstrap(),
+        &missing,
+        Ship::default(),
+    );
+    let consumer = topic
+        .client_properties()
+        .iter()
+        .fold(builder, |builder, (name, value)| {
+            builder.property(*name, *value)
+        })
+        .build()?;
+    let error = consumer
+        .run(CancellationToken::new())
+        .await
+        .expect_err("no such topic");
+    assert!(error.to_string().contains(&missing), "{error}");
+    Ok(())
+}

@@ -38,6 +38,10 @@ use partition::{Progress, Queue};
 
 /// How long one poll waits for records; shutdown is noticed between polls.
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
+/// The longest a request to the broker may hold the loop (a commit, the
+/// topic's partitions at start-up, closing): a broker that went away must
+/// not hold shutdown for the client's own default (60 s).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What every partition's worker shares.
 pub(crate) struct Shared {
@@ -213,15 +217,22 @@ where
         )?;
         let partitions = match &self.partitions {
             Some(partitions) => partitions.clone(),
-            None => consumer
-                .partitions_for(&self.topic)
-                .await?
-                .iter()
-                .map(|info| info.partition())
-                .collect(),
+            None => match consumer
+                .partitions_for_with_timeout(&self.topic, REQUEST_TIMEOUT)
+                .await
+            {
+                Ok(partitions) => partitions.iter().map(|info| info.partition()).collect(),
+                Err(error) => {
+                    let _ = tokio::time::timeout(REQUEST_TIMEOUT, consumer.close()).await;
+                    return Err(KafkaError::Start {
+                        topic: self.topic.clone(),
+                        source: error,
+                    });
+                }
+            },
         };
         if partitions.is_empty() {
-            let _ = consumer.close().await;
+            let _ = tokio::time::timeout(REQUEST_TIMEOUT, consumer.close()).await;
             return Err(KafkaError::Config {
                 field: "topic",
                 reason: format!("topic `{}` has no partitions: create it first", self.topic),
@@ -231,7 +242,13 @@ where
             .iter()
             .map(|&partition| TopicPartition::new(self.topic.as_str(), partition))
             .collect();
-        consumer.assign(assigned).await?;
+        if let Err(error) = consumer.assign(assigned).await {
+            let _ = tokio::time::timeout(REQUEST_TIMEOUT, consumer.close()).await;
+            return Err(KafkaError::Start {
+                topic: self.topic.clone(),
+                source: error,
+            });
+        }
         let shared = Arc::new(Shared {
             name: self.flow.name().to_owned(),
             dead_letter: self.dead_letter.clone(),
@@ -286,11 +303,23 @@ where
             workers.note(&mut report, done);
         }
         self.commit(&mut consumer, &mut workers).await;
-        if let Err(error) = consumer.close().await {
-            tracing::warn!(consumer = %self.flow.name(), %error, "closing the Kafka consumer failed");
+        match tokio::time::timeout(REQUEST_TIMEOUT, consumer.close()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(consumer = %self.flow.name(), %error, "closing the Kafka consumer failed");
+            }
+            Err(_) => {
+                tracing::warn!(consumer = %self.flow.name(), "closing the Kafka consumer took too long; left it");
+            }
         }
-        if let Err(error) = shared.producer.close().await {
-            tracing::warn!(consumer = %self.flow.name(), %error, "closing the dead-letter producer failed");
+        match tokio::time::timeout(REQUEST_TIMEOUT, shared.producer.close()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(consumer = %self.flow.name(), %error, "closing the dead-letter producer failed");
+            }
+            Err(_) => {
+                tracing::warn!(consumer = %self.flow.name(), "closing the dead-letter producer took too long; left it");
+            }
         }
         Ok(report)
     }
@@ -378,7 +407,10 @@ where
             return;
         }
         let committed: Vec<i32> = offsets.keys().map(TopicPartition::partition).collect();
-        match consumer.commit_sync_with_offsets(offsets).await {
+        match consumer
+            .commit_sync_with_offsets_timeout(offsets, REQUEST_TIMEOUT)
+            .await
+        {
             Ok(()) => {
                 for partition in committed {
                     if let Some((_, changed)) = workers.next.get_mut(&partition) {
