@@ -3,7 +3,8 @@
 //! build `tokio-postgres` or SQLite, and `diesel-outbox-sqlite` must build neither
 //! server driver. The `outbox` command built with one backend feature builds
 //! only that backend's driver, and the demo on its default (SQLite) builds
-//! no server's client at all.
+//! no server's client at all. The broker crates bind no C library: no
+//! `*-sys` crate in their trees.
 
 use std::process::Command;
 
@@ -37,8 +38,36 @@ const CLI_FEATURES: [(&str, &str); 3] = [
 /// What `cargo xtask demo` builds by default (SQLite) must not build.
 const DEMO_FORBIDDEN: [&str; 3] = ["tokio-postgres", "mysql_async", "async-nats"];
 
-/// Fails when a backend pulls in another backend's driver.
+/// The broker crates, each with the client it must list: pure-Rust
+/// clients, with no `*-sys` crate (a C library's bindings) in their trees.
+const PURE_RUST: [(&str, &str); 4] = [
+    ("diesel-outbox-nats", "async-nats"),
+    ("diesel-outbox-rabbitmq", "lapin"),
+    ("diesel-outbox-redis", "redis"),
+    ("diesel-outbox-kafka", "confluent-kafka"),
+];
+
+/// Fails when a backend pulls in another backend's driver, or a broker
+/// crate binds a C library.
 pub(crate) fn check() -> anyhow::Result<()> {
+    for (package, client) in PURE_RUST {
+        let tree = cargo_tree(package)?;
+        ensure!(
+            tree.lines()
+                .any(|line| line.starts_with(&format!("{client} "))),
+            "cargo tree -p {package} does not list its client {client}"
+        );
+        if let Some(line) = tree.lines().find(|line| {
+            line.split(' ')
+                .next()
+                .is_some_and(|name| name.ends_with("-sys"))
+        }) {
+            bail!(
+                "{package} builds a C library's bindings ({line}); broker clients must be pure Rust"
+            );
+        }
+        eprintln!("ok: {package} binds no C library");
+    }
     let demo = cargo_tree_with(
         "outbox-tools",
         &["--no-default-features", "--features", "demo,sqlite"],
