@@ -4,17 +4,16 @@ use confluent_kafka::common::Error;
 use diesel_outbox_core::HandlerError;
 
 /// Whether no later try can pass where `error` failed: the record is too
-/// large for the broker, the client may not write the topic, the topic's
-/// name or a setting is invalid, the broker lacks a feature the producer
-/// needs. Everything else (the broker unreachable, a leader moved, a
-/// timeout, a replica short) may pass and is retried.
+/// large for the broker, or invalid for its topic (a compacted topic's
+/// record without a key), the topic's name or a setting is invalid, the
+/// broker lacks a feature the producer needs. Everything else may pass and
+/// is retried: the broker unreachable, a leader moved, a timeout, a replica
+/// short, and credentials or ACLs refused (an operator can fix those while
+/// the task waits out its backoff).
 pub(crate) fn is_permanent(error: &Error) -> bool {
     error.is_record_too_large_error()
         || error.is_record_batch_too_large_error()
-        || error.is_authorization_error()
-        || error.is_topic_authorization_error()
-        || error.is_cluster_authorization_error()
-        || error.is_authentication_error()
+        || error.is_invalid_record_error()
         || error.is_invalid_topic_error()
         || error.is_config_error()
         || error.is_invalid_configuration_error()

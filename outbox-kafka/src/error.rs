@@ -24,6 +24,20 @@ pub enum KafkaError {
         /// What the client said.
         source: confluent_kafka::common::Error,
     },
+    /// Fetching records failed with an error no retry can pass (a record
+    /// compressed with a codec the client lacks, an offset reset refused by
+    /// `auto.offset.reset=none`): the consumer stopped.
+    #[error("cannot read topic `{topic}`: {source}")]
+    Fetch {
+        /// The topic.
+        topic: String,
+        /// What the client said.
+        source: confluent_kafka::common::Error,
+    },
+    /// A partition's worker stopped before shutdown (it panicked): the
+    /// consumer stopped rather than leave the partition unread.
+    #[error("a partition's worker stopped: {0}")]
+    Worker(String),
     /// Talking to the broker failed.
     #[error("Kafka request failed: {0}")]
     Kafka(#[from] confluent_kafka::common::Error),

@@ -1,6 +1,6 @@
 //! Publish outbox tasks to Kafka with an idempotent producer, and apply
-//! them once on the consumer's side, in pure Rust (Kafka's own Rust
-//! client, no C library).
+//! them once on the consumer's side, in pure Rust (Confluent's official
+//! Rust client, no C library).
 //!
 //! [`KafkaPublisher`] is a [`BatchHandler`](diesel_outbox_core::BatchHandler):
 //! register it for the `(kind, version)` pairs it routes, and the relay
@@ -35,10 +35,10 @@
 //! # }
 //! ```
 //!
-//! Topics are the application's to create: the publisher never creates
-//! them, so a typo fails loudly (permanently, naming the topic, where the
-//! broker does not create topics) instead of writing to a topic nobody
-//! reads.
+//! Topics are the application's to create. Turn the broker's
+//! `auto.create.topics.enable` off: then a misspelt topic fails its tasks
+//! loudly (permanently, naming the topic) instead of creating a topic
+//! nobody reads; the consumer never asks for a topic to be created.
 
 mod classify;
 mod consumer;

@@ -70,9 +70,12 @@ impl Producer {
                     ByteArraySerializer::new(),
                 )
                 .map_err(|error| {
-                    HandlerError::retryable(anyhow::anyhow!(
-                        "opening the Kafka producer failed: {error}"
-                    ))
+                    let text = anyhow::anyhow!("opening the Kafka producer failed: {error}");
+                    if error.is_config_error() {
+                        HandlerError::permanent(text)
+                    } else {
+                        HandlerError::retryable(text)
+                    }
                 })
             })
             .await
@@ -97,16 +100,22 @@ impl Producer {
         };
         // A topic whose metadata the producer lacks makes each send wait
         // `max.block.ms`: ask once per topic, and fail its records together.
-        let mut stalled: HashMap<&str, HandlerError> = HashMap::new();
+        let mut topics: Vec<&str> = Vec::new();
         for record in records.iter().flatten() {
-            let topic = record.topic;
-            if stalled.contains_key(topic) {
-                continue;
-            }
-            if let Err(error) = producer.partitions_for(topic).await {
-                stalled.insert(topic, self.classify(topic, &error).await);
+            if !topics.contains(&record.topic) {
+                topics.push(record.topic);
             }
         }
+        // The topics are asked together: the batch waits `max.block.ms` at
+        // most once, however many topics lack metadata.
+        let asked = futures_util::future::join_all(topics.iter().map(|topic| async move {
+            match producer.partitions_for(topic).await {
+                Ok(_) => None,
+                Err(error) => Some((*topic, self.classify(topic, &error).await)),
+            }
+        }))
+        .await;
+        let stalled: HashMap<&str, HandlerError> = asked.into_iter().flatten().collect();
         let mut sent = Vec::with_capacity(records.len());
         for record in records {
             let record = match record {

@@ -94,7 +94,11 @@ impl KafkaPublisher {
         self.publish_all(std::slice::from_ref(delivery))
             .await
             .pop()
-            .unwrap_or(Ok(()))
+            .unwrap_or_else(|| {
+                Err(HandlerError::retryable(anyhow::anyhow!(
+                    "the producer gave no answer for the record"
+                )))
+            })
     }
 
     /// Produces every delivery, then awaits the acknowledgements together.

@@ -144,6 +144,7 @@ async fn a_record_that_cannot_go_fails_alone_and_for_good() {
         .map(|header| String::from_utf8_lossy(header.value().unwrap_or_default()).into_owned())
         .collect();
     assert_eq!(ids.len(), 2, "{ids:?}");
+    assert_eq!(topic.count(topic.topic()).await.expect("count"), 2);
     assert!(ids[0].ends_with(":1") && ids[1].ends_with(":5"), "{ids:?}");
 }
 
@@ -183,7 +184,15 @@ async fn an_unreachable_broker_fails_the_batch_retryably() {
     let deliveries = (1..=50)
         .map(|id| Delivery::new(TaskId::new(id), 1, Task::new("order.created", 1, "{}")))
         .collect();
+    let started = std::time::Instant::now();
     let results = publisher.handle_batch(deliveries).await;
+    // Not a measure of speed: a batch that waited for the topic's metadata
+    // once per record would take 50 times `max.block.ms` (150 s).
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "the batch waited {:?}",
+        started.elapsed()
+    );
     assert_eq!(results.len(), 50);
     for result in results {
         let error = result.expect_err("nothing answers");

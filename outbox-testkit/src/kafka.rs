@@ -185,6 +185,39 @@ impl TestTopic {
         topic: &str,
         count: usize,
     ) -> anyhow::Result<Vec<ConsumerRecord<Vec<u8>, Vec<u8>>>> {
+        let mut consumer = self.reader(topic).await?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let mut records = Vec::new();
+        while records.len() < count && tokio::time::Instant::now() < deadline {
+            records.extend(consumer.poll(Duration::from_millis(200)).await?);
+        }
+        consumer.close().await?;
+        Ok(records)
+    }
+
+    /// How many records `topic` holds, read back from its start: the
+    /// count once three polls in a row (600 ms) bring nothing more, or
+    /// after 10 s without any record.
+    pub async fn count(&self, topic: &str) -> anyhow::Result<usize> {
+        let mut consumer = self.reader(topic).await?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let (mut count, mut quiet) = (0, 0);
+        while quiet < 3 && (count > 0 || tokio::time::Instant::now() < deadline) {
+            let polled = consumer.poll(Duration::from_millis(200)).await?.count();
+            count += polled;
+            quiet = if polled == 0 && count > 0 {
+                quiet + 1
+            } else {
+                0
+            };
+        }
+        consumer.close().await?;
+        Ok(count)
+    }
+
+    /// A consumer of every partition of `topic`, from its start, in a group
+    /// of its own.
+    async fn reader(&self, topic: &str) -> anyhow::Result<KafkaConsumer<Vec<u8>, Vec<u8>>> {
         let group = format!("reader-{}-{}", topic, fastrand::u64(..));
         let config = ConsumerConfig::new(&properties(
             &self.bootstrap,
@@ -207,37 +240,7 @@ impl TestTopic {
             .map(|info| TopicPartition::new(topic, info.partition()))
             .collect();
         consumer.assign(partitions).await?;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        let mut records = Vec::new();
-        while records.len() < count && tokio::time::Instant::now() < deadline {
-            records.extend(consumer.poll(Duration::from_millis(200)).await?);
-        }
-        consumer.close().await?;
-        Ok(records)
-    }
-
-    /// How many records `topic` holds: the sum of its partitions' end
-    /// offsets (nothing is deleted from a test's topics).
-    pub async fn count(&self, topic: &str) -> anyhow::Result<i64> {
-        let group = format!("counter-{}", fastrand::u64(..));
-        let config = ConsumerConfig::new(&properties(
-            &self.bootstrap,
-            &[("group.id", &group), ("group.protocol", "consumer")],
-        ))?;
-        let mut consumer = KafkaConsumer::<Vec<u8>, Vec<u8>>::new(
-            config,
-            ByteArrayDeserializer::new(),
-            ByteArrayDeserializer::new(),
-        )?;
-        let partitions: Vec<TopicPartition> = consumer
-            .partitions_for(topic)
-            .await?
-            .iter()
-            .map(|info| TopicPartition::new(topic, info.partition()))
-            .collect();
-        let ends = consumer.end_offsets(&partitions).await?;
-        consumer.close().await?;
-        Ok(ends.values().sum())
+        Ok(consumer)
     }
 }
 

@@ -38,6 +38,11 @@ use partition::{Progress, Queue};
 
 /// How long one poll waits for records; shutdown is noticed between polls.
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
+/// How often every partition's offset is committed again, changed or not:
+/// a group's offsets expire when not committed for the broker's
+/// `offsets.retention.minutes` (7 days by default), and a consumer that
+/// reads assigned partitions is not a member that keeps them alive.
+const OFFSET_REFRESH: Duration = Duration::from_secs(3600);
 /// The longest a request to the broker may hold the loop (a commit, the
 /// topic's partitions at start-up, closing): a broker that went away must
 /// not hold shutdown for the client's own default (60 s).
@@ -203,52 +208,32 @@ where
     /// ever moves past a record before its transaction committed (or its
     /// dead-letter copy was acknowledged).
     ///
-    /// When the broker cannot be reached the failure is logged and counted
-    /// as a receive error (`outbox_consumer_receive_errors_total`) and the
-    /// next fetch waits a pause that doubles with each failure in a row (100
-    /// ms up to 5 s). Fails only at start-up: the consumer cannot be
-    /// created, the topic has no partitions (it does not exist), or the
-    /// partitions cannot be assigned.
+    /// A broker that cannot be reached makes fetches come back empty until
+    /// it is back; a fetch that fails with an error that may pass is logged
+    /// and counted as a receive error (`outbox_consumer_receive_errors_total`)
+    /// and the next waits a pause that doubles with each failure in a row
+    /// (100 ms up to 5 s).
+    ///
+    /// Fails at start-up when the consumer cannot be created, when the topic
+    /// or the dead-letter topic does not exist (has no partitions), when a
+    /// partition named with [`partitions`](ConsumerBuilder::partitions) is
+    /// not the topic's, or when the partitions cannot be assigned. Fails
+    /// later, after the orderly stop above, when a fetch fails with an error
+    /// no retry can pass (a record compressed with a codec the client lacks,
+    /// say) or a partition's worker panicked.
     pub async fn run(&self, shutdown: CancellationToken) -> Result<ConsumerReport, KafkaError> {
         let mut consumer: KafkaConsumer<Vec<u8>, Vec<u8>> = KafkaConsumer::new(
             self.properties.consumer(&self.group)?,
             ByteArrayDeserializer::new(),
             ByteArrayDeserializer::new(),
         )?;
-        let partitions = match &self.partitions {
-            Some(partitions) => partitions.clone(),
-            None => match consumer
-                .partitions_for_with_timeout(&self.topic, REQUEST_TIMEOUT)
-                .await
-            {
-                Ok(partitions) => partitions.iter().map(|info| info.partition()).collect(),
-                Err(error) => {
-                    let _ = tokio::time::timeout(REQUEST_TIMEOUT, consumer.close()).await;
-                    return Err(KafkaError::Start {
-                        topic: self.topic.clone(),
-                        source: error,
-                    });
-                }
-            },
+        let partitions = match self.start(&mut consumer).await {
+            Ok(partitions) => partitions,
+            Err(error) => {
+                let _ = tokio::time::timeout(REQUEST_TIMEOUT, consumer.close()).await;
+                return Err(error);
+            }
         };
-        if partitions.is_empty() {
-            let _ = tokio::time::timeout(REQUEST_TIMEOUT, consumer.close()).await;
-            return Err(KafkaError::Config {
-                field: "topic",
-                reason: format!("topic `{}` has no partitions: create it first", self.topic),
-            });
-        }
-        let assigned = partitions
-            .iter()
-            .map(|&partition| TopicPartition::new(self.topic.as_str(), partition))
-            .collect();
-        if let Err(error) = consumer.assign(assigned).await {
-            let _ = tokio::time::timeout(REQUEST_TIMEOUT, consumer.close()).await;
-            return Err(KafkaError::Start {
-                topic: self.topic.clone(),
-                source: error,
-            });
-        }
         let shared = Arc::new(Shared {
             name: self.flow.name().to_owned(),
             dead_letter: self.dead_letter.clone(),
@@ -263,9 +248,19 @@ where
             stop: CancellationToken::new(),
             next: HashMap::new(),
         };
+        // Where each partition starts: committed again with the others, so
+        // that a quiet partition's offset does not expire.
+        for &partition in &partitions {
+            let at = TopicPartition::new(self.topic.as_str(), partition);
+            if let Ok(position) = consumer.position_with_timeout(&at, REQUEST_TIMEOUT).await {
+                workers.next.insert(partition, (position, false));
+            }
+        }
         let mut report = ConsumerReport::default();
+        let mut failure = None;
         let mut pause = FIRST_RECEIVE_PAUSE;
         let mut last_commit = tokio::time::Instant::now();
+        let mut last_refresh = tokio::time::Instant::now();
         while !shutdown.is_cancelled() {
             match consumer.poll(POLL_TIMEOUT).await {
                 Ok(records) => {
@@ -273,6 +268,14 @@ where
                     for record in records {
                         self.hand_over(&shared, &mut workers, record);
                     }
+                }
+                Err(error) if !error.is_retriable_error() => {
+                    tracing::error!(consumer = %self.flow.name(), %error, "fetching records failed for good; the consumer stops");
+                    failure = Some(KafkaError::Fetch {
+                        topic: self.topic.clone(),
+                        source: error,
+                    });
+                    break;
                 }
                 Err(error) => {
                     report.receive_errors += 1;
@@ -285,13 +288,28 @@ where
                     pause = (pause * 2).min(MAX_RECEIVE_PAUSE);
                 }
             }
+            // A worker ends before shutdown only by a panic outside the
+            // flow's own guard: its partition would stall unseen.
+            if let Some(ended) = workers.running.try_join_next() {
+                let reason = match ended {
+                    Err(error) => error.to_string(),
+                    Ok(()) => "it ended".to_owned(),
+                };
+                tracing::error!(consumer = %self.flow.name(), %reason, "a partition's worker stopped; the consumer stops");
+                failure = Some(KafkaError::Worker(reason));
+                break;
+            }
             while let Ok(done) = reports.try_recv() {
                 workers.note(&mut report, done);
             }
             self.pace(&mut consumer, &mut workers).await;
             if last_commit.elapsed() >= self.commit_interval {
-                self.commit(&mut consumer, &mut workers).await;
+                let all = last_refresh.elapsed() >= OFFSET_REFRESH;
+                self.commit(&mut consumer, &mut workers, all).await;
                 last_commit = tokio::time::Instant::now();
+                if all {
+                    last_refresh = last_commit;
+                }
             }
         }
         // Each partition finishes the record in hand; the rest stay
@@ -302,7 +320,7 @@ where
         while let Ok(done) = reports.try_recv() {
             workers.note(&mut report, done);
         }
-        self.commit(&mut consumer, &mut workers).await;
+        self.commit(&mut consumer, &mut workers, false).await;
         match tokio::time::timeout(REQUEST_TIMEOUT, consumer.close()).await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
@@ -321,7 +339,75 @@ where
                 tracing::warn!(consumer = %self.flow.name(), "closing the dead-letter producer took too long; left it");
             }
         }
-        Ok(report)
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(report),
+        }
+    }
+
+    /// Checks the topic, the partitions and the dead-letter topic, and
+    /// assigns the partitions; returns them.
+    async fn start(
+        &self,
+        consumer: &mut KafkaConsumer<Vec<u8>, Vec<u8>>,
+    ) -> Result<Vec<i32>, KafkaError> {
+        let start = |topic: &str, source| KafkaError::Start {
+            topic: topic.to_owned(),
+            source,
+        };
+        let config = |field: &'static str, reason: String| KafkaError::Config { field, reason };
+        let existing: Vec<i32> = consumer
+            .partitions_for_with_timeout(&self.topic, REQUEST_TIMEOUT)
+            .await
+            .map_err(|error| start(&self.topic, error))?
+            .iter()
+            .map(|info| info.partition())
+            .collect();
+        if existing.is_empty() {
+            return Err(config(
+                "topic",
+                format!("topic `{}` has no partitions: create it first", self.topic),
+            ));
+        }
+        let partitions = match &self.partitions {
+            Some(named) => {
+                if let Some(missing) = named.iter().find(|p| !existing.contains(p)) {
+                    return Err(config(
+                        "partitions",
+                        format!(
+                            "topic `{}` has {} partitions, numbered from 0: {missing} is not one",
+                            self.topic,
+                            existing.len()
+                        ),
+                    ));
+                }
+                named.clone()
+            }
+            None => existing,
+        };
+        let dead = consumer
+            .partitions_for_with_timeout(&self.dead_letter, REQUEST_TIMEOUT)
+            .await
+            .map_err(|error| start(&self.dead_letter, error))?;
+        if dead.is_empty() {
+            return Err(config(
+                "dead_letter",
+                format!(
+                    "topic `{}` does not exist: create it with the topic, so that a record \
+                     given up has somewhere to go",
+                    self.dead_letter
+                ),
+            ));
+        }
+        let assigned = partitions
+            .iter()
+            .map(|&partition| TopicPartition::new(self.topic.as_str(), partition))
+            .collect();
+        consumer
+            .assign(assigned)
+            .await
+            .map_err(|error| start(&self.topic, error))?;
+        Ok(partitions)
     }
 
     /// Queues `record` for its partition's worker, starting the worker on
@@ -386,12 +472,18 @@ where
         }
     }
 
-    /// Commits the offsets of the records done since the last commit; a
+    /// Commits the offsets of the records done since the last commit (with
+    /// `all`, every partition's, changed or not, so that none expires); a
     /// commit that fails is tried again at the next interval.
-    async fn commit(&self, consumer: &mut KafkaConsumer<Vec<u8>, Vec<u8>>, workers: &mut Workers) {
+    async fn commit(
+        &self,
+        consumer: &mut KafkaConsumer<Vec<u8>, Vec<u8>>,
+        workers: &mut Workers,
+        all: bool,
+    ) {
         let mut offsets = HashMap::new();
         for (&partition, &(next, changed)) in &workers.next {
-            if !changed {
+            if !changed && !all {
                 continue;
             }
             match OffsetAndMetadata::new(next) {
@@ -472,9 +564,11 @@ where
     I: Inbox + 'static,
     H: ConsumeHandler<I::Conn> + 'static,
 {
-    /// The name the inbox records under (at most 64 bytes); by default the
-    /// topic's name. Two consumers that must each apply every message need
-    /// different names.
+    /// The name the inbox records under (at most 64 bytes), and the
+    /// consumer group's unless [`group`](Self::group) sets one; required.
+    /// Each service that must apply every record needs a name of its own.
+    /// A new name is a new consumer: it starts from the topic's first
+    /// record, and applies every record again under its name.
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
@@ -517,8 +611,8 @@ where
     }
 
     /// How often done records' offsets are committed (default 1 s); a crash
-    /// redelivers at most what was done within one interval, as
-    /// duplicates.
+    /// delivers again, as duplicates, what was done since the last commit
+    /// that went through (one interval while the broker answers commits).
     pub fn commit_interval(mut self, interval: Duration) -> Self {
         self.commit_interval = interval;
         self
@@ -558,7 +652,7 @@ where
         self
     }
 
-    /// Checks the settings: topic names Kafka accepts, a concurrency, buffer
+    /// Checks the settings: a name, topic names Kafka accepts, a concurrency, buffer
     /// and `max_deliveries` of at least 1, a non-zero commit interval and
     /// handler timeout, client properties the client accepts.
     pub fn build(self) -> Result<InboxConsumer<I, H>, KafkaError> {
@@ -580,7 +674,10 @@ where
             ));
         }
         if self.concurrency == 0 || self.concurrency > Semaphore::MAX_PERMITS {
-            return Err(config("concurrency", "must be at least 1".into()));
+            return Err(config(
+                "concurrency",
+                format!("must be 1 to {}", Semaphore::MAX_PERMITS),
+            ));
         }
         if self.buffer == 0 {
             return Err(config("buffer", "must be at least 1".into()));
@@ -588,7 +685,15 @@ where
         if self.commit_interval.is_zero() {
             return Err(config("commit_interval", "must not be zero".into()));
         }
-        let name = self.name.unwrap_or_else(|| self.topic.clone());
+        // No default: a topic is read by many services, and two that left
+        // the name to a default drawn from it would share one group's
+        // offsets and skip each other's records.
+        let name = self.name.ok_or_else(|| {
+            config(
+                "name",
+                "name the consumer: its inbox records and its consumer group go by it".into(),
+            )
+        })?;
         let group = self.group.unwrap_or_else(|| name.clone());
         if group.is_empty() {
             return Err(config("group", "must not be empty".into()));

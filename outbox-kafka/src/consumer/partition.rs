@@ -41,9 +41,9 @@ pub(crate) struct Queue {
 }
 
 /// Applies `partition`'s records as they come, until its queue closes or
-/// `stop` is cancelled; stops before starting a record once `stop` is
-/// cancelled (the record stays uncommitted and comes again), and during a
-/// hand-back's wait.
+/// `stop` is cancelled; once `stop` is cancelled it starts no record (one
+/// waiting for its turn among the partitions included: it stays
+/// uncommitted and comes again), and stops waiting out a hand-back's delay.
 pub(crate) async fn work<I, H>(
     shared: Arc<Shared>,
     flow: Arc<diesel_outbox_core::consume::ConsumeFlow<I, H>>,
@@ -79,7 +79,12 @@ pub(crate) async fn work<I, H>(
                 delivered,
             );
             let outcome = {
-                let Ok(_permit) = shared.permits.acquire().await else {
+                let permit = tokio::select! {
+                    biased;
+                    () = stop.cancelled() => return,
+                    permit = shared.permits.acquire() => permit,
+                };
+                let Ok(_permit) = permit else {
                     return;
                 };
                 let decoded = answering.decode();
