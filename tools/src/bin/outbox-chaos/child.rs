@@ -72,6 +72,10 @@ pub(crate) struct Args {
     /// publisher to this server.
     #[arg(long)]
     pub(crate) redis_url: Option<String>,
+    /// Publish each claim's deliveries through the Kafka publisher to the
+    /// cluster at these bootstrap servers, to the topic of `backend`.
+    #[arg(long)]
+    pub(crate) kafka_bootstrap: Option<String>,
 }
 
 impl Args {
@@ -135,7 +139,20 @@ async fn relay<B: ChaosDb>(args: Args) -> anyhow::Result<()> {
             Some(url) => Some(std::sync::Arc::new(effect::redis_publisher(url)?)),
             None => None,
         },
+        #[cfg(feature = "kafka")]
+        kafka: match &args.kafka_bootstrap {
+            Some(bootstrap) => Some(std::sync::Arc::new(effect::kafka_publisher(
+                bootstrap,
+                &effect::kafka_topic(args.backend),
+            )?)),
+            None => None,
+        },
     };
+    #[cfg(not(feature = "kafka"))]
+    anyhow::ensure!(
+        args.kafka_bootstrap.is_none(),
+        "outbox-chaos was built without `kafka`"
+    );
     #[cfg(not(feature = "redis"))]
     anyhow::ensure!(
         args.redis_url.is_none(),

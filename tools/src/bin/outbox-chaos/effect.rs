@@ -1,5 +1,5 @@
 //! The handler every scenario runs: its effect is a `done` line in the
-//! process's record file (after publishing to JetStream, when it publishes),
+//! process's record file (after publishing to a broker, when it publishes),
 //! with `begin` and `fail` lines around it.
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
@@ -36,6 +36,10 @@ pub(crate) struct Behaviour {
     /// through the publisher's batch handler.
     #[cfg(feature = "redis")]
     pub(crate) redis: Option<Arc<diesel_outbox_redis::StreamPublisher>>,
+    /// Publish each claim's deliveries to Kafka before the effect, through
+    /// the publisher's batch handler.
+    #[cfg(feature = "kafka")]
+    pub(crate) kafka: Option<Arc<diesel_outbox_kafka::KafkaPublisher>>,
 }
 
 /// A registry with the scenario handler for `order.created` v1.
@@ -52,6 +56,12 @@ pub(crate) fn registry(recorder: Recorder, behaviour: Behaviour) -> anyhow::Resu
             .batch_handler(KIND, 1, batch_publishing(recorder, publisher))
             .build()?);
     }
+    #[cfg(feature = "kafka")]
+    if let Some(publisher) = behaviour.kafka.clone() {
+        return Ok(Registry::builder()
+            .batch_handler(KIND, 1, batch_publishing(recorder, publisher))
+            .build()?);
+    }
     Ok(Registry::builder()
         .handler(KIND, 1, handler(recorder, behaviour))
         .build()?)
@@ -60,7 +70,7 @@ pub(crate) fn registry(recorder: Recorder, behaviour: Behaviour) -> anyhow::Resu
 /// The scenario handler over a broker's batch publisher: `begin` for each
 /// delivery of the batch, the batch published through the publisher's own
 /// batch handler, then `done` or `fail` for each by its own answer.
-#[cfg(any(feature = "rabbitmq", feature = "redis"))]
+#[cfg(any(feature = "rabbitmq", feature = "redis", feature = "kafka"))]
 fn batch_publishing<P: diesel_outbox_core::BatchHandler + 'static>(
     recorder: Recorder,
     publisher: Arc<P>,
@@ -110,6 +120,53 @@ pub(crate) fn redis_publisher(url: &str) -> anyhow::Result<diesel_outbox_redis::
     Ok(diesel_outbox_redis::StreamPublisher::builder(url)
         .route(KIND, 1, REDIS_STREAM)
         .message_id_prefix("chaos")
+        .build()?)
+}
+
+/// The topic of the Kafka scenario on `backend`: one per backend, since
+/// task ids start again on each backend's database and the run's broker
+/// serves both.
+#[cfg(feature = "kafka")]
+pub(crate) fn kafka_topic(backend: diesel_outbox_sql::BackendKind) -> String {
+    format!("chaos.orders.{}", backend.name())
+}
+
+/// How long the Kafka scenario's producer keeps a record before it gives
+/// up on the acknowledgement (`delivery.timeout.ms`, 4.5 s by default):
+/// longer than the longest outage the scenario makes (15 s) plus the
+/// restart and the client's reconnect backoff (at most 1 s), so that a
+/// record in flight when the broker is killed is sent again, with its
+/// sequence number, once the broker is back.
+///
+/// With the default, such a record expires during the outage, and the
+/// idempotent producer then bumps its epoch on its own (KIP-360), which
+/// Kafka's brokers accept. tansu 0.6.0 does not: its SQLite storage panics
+/// on the epoch it has not seen ("more or less than one row"), the broker
+/// answers every request after it with an error, and once restarted it
+/// fails the same way at that producer's next record.
+#[cfg(feature = "kafka")]
+pub(crate) const KAFKA_DELIVERY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The publisher of the Kafka scenario, to `topic`, ids `chaos:<task id>`,
+/// with the client properties the private broker needs and
+/// [`KAFKA_DELIVERY_TIMEOUT`].
+#[cfg(feature = "kafka")]
+pub(crate) fn kafka_publisher(
+    bootstrap: &str,
+    topic: &str,
+) -> anyhow::Result<diesel_outbox_kafka::KafkaPublisher> {
+    let builder = diesel_outbox_kafka::KafkaPublisher::builder(bootstrap)
+        .route(KIND, 1, topic)
+        .message_id_prefix("chaos")
+        .property(
+            "delivery.timeout.ms",
+            KAFKA_DELIVERY_TIMEOUT.as_millis().to_string(),
+        );
+    Ok(diesel_outbox_testkit::kafka::CLIENT_PROPERTIES
+        .iter()
+        .fold(builder, |builder, (name, value)| {
+            builder.property(*name, *value)
+        })
         .build()?)
 }
 

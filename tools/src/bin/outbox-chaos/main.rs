@@ -83,8 +83,8 @@ pub(crate) struct Args {
     /// The backend to run on: postgres or mysql; both when omitted.
     #[arg(long, value_parser = outbox_tools::backend::parser(&BACKENDS).because(SERVERS_ONLY))]
     backend: Option<BackendKind>,
-    /// Run only this scenario: restart, kill, nats, rabbitmq, redis, pool, abandon,
-    /// trickle, clock or hang; with `--cluster`: galera, failover or
+    /// Run only this scenario: restart, kill, nats, rabbitmq, redis, kafka, pool,
+    /// abandon, trickle, clock or hang; with `--cluster`: galera, failover or
     /// nats-cluster.
     #[arg(long)]
     scenario: Option<String>,
@@ -179,21 +179,7 @@ async fn run_all(
     scenarios: &[&'static str],
     quick: bool,
 ) -> anyhow::Result<Vec<Report>> {
-    #[cfg(feature = "nats")]
-    let mut nats = match scenarios.contains(&"nats") {
-        true => Some(servers::nats::NatsServer::start(run).await?),
-        false => None,
-    };
-    #[cfg(feature = "rabbitmq")]
-    let mut rabbitmq = match scenarios.contains(&"rabbitmq") {
-        true => Some(servers::rabbitmq::RabbitServer::start(run).await?),
-        false => None,
-    };
-    #[cfg(feature = "redis")]
-    let mut redis = match scenarios.contains(&"redis") {
-        true => Some(servers::redis::RedisServer::start(run).await?),
-        false => None,
-    };
+    let mut brokers = Brokers::start(run, scenarios).await?;
     let mut reports = Vec::new();
     for backend in backends {
         let found = match backend {
@@ -204,12 +190,7 @@ async fn run_all(
                     run,
                     scenarios,
                     quick,
-                    #[cfg(feature = "nats")]
-                    nats.as_mut(),
-                    #[cfg(feature = "rabbitmq")]
-                    rabbitmq.as_mut(),
-                    #[cfg(feature = "redis")]
-                    redis.as_mut(),
+                    &mut brokers,
                 )
                 .await?
             }
@@ -220,12 +201,7 @@ async fn run_all(
                     run,
                     scenarios,
                     quick,
-                    #[cfg(feature = "nats")]
-                    nats.as_mut(),
-                    #[cfg(feature = "rabbitmq")]
-                    rabbitmq.as_mut(),
-                    #[cfg(feature = "redis")]
-                    redis.as_mut(),
+                    &mut brokers,
                 )
                 .await?
             }
@@ -241,15 +217,73 @@ async fn run_all(
     Ok(reports)
 }
 
+/// The private brokers of the run, each started only when one of its
+/// scenarios runs, and shared by both backends' runs of it.
+#[derive(Debug)]
+struct Brokers {
+    #[cfg(feature = "nats")]
+    nats: Option<servers::nats::NatsServer>,
+    #[cfg(feature = "rabbitmq")]
+    rabbitmq: Option<servers::rabbitmq::RabbitServer>,
+    #[cfg(feature = "redis")]
+    redis: Option<servers::redis::RedisServer>,
+    #[cfg(feature = "kafka")]
+    kafka: Option<servers::kafka::KafkaServer>,
+}
+
+impl Brokers {
+    /// Starts the brokers `scenarios` need.
+    #[cfg_attr(
+        not(any(
+            feature = "nats",
+            feature = "rabbitmq",
+            feature = "redis",
+            feature = "kafka"
+        )),
+        allow(unused_variables)
+    )]
+    async fn start(run: &RunDir, scenarios: &[&'static str]) -> anyhow::Result<Self> {
+        Ok(Self {
+            #[cfg(feature = "nats")]
+            nats: match scenarios.contains(&"nats") {
+                true => Some(servers::nats::NatsServer::start(run).await?),
+                false => None,
+            },
+            #[cfg(feature = "rabbitmq")]
+            rabbitmq: match scenarios.contains(&"rabbitmq") {
+                true => Some(servers::rabbitmq::RabbitServer::start(run).await?),
+                false => None,
+            },
+            #[cfg(feature = "redis")]
+            redis: match scenarios.contains(&"redis") {
+                true => Some(servers::redis::RedisServer::start(run).await?),
+                false => None,
+            },
+            #[cfg(feature = "kafka")]
+            kafka: match scenarios.contains(&"kafka") {
+                true => Some(servers::kafka::KafkaServer::start(run).await?),
+                false => None,
+            },
+        })
+    }
+}
+
 /// Runs `scenarios` on a private server of backend `B`, stopped afterwards.
+#[cfg_attr(
+    not(any(
+        feature = "nats",
+        feature = "rabbitmq",
+        feature = "redis",
+        feature = "kafka"
+    )),
+    allow(unused_variables)
+)]
 async fn on<B: ChaosDb>(
     backend: BackendKind,
     run: &RunDir,
     scenarios: &[&'static str],
     quick: bool,
-    #[cfg(feature = "nats")] mut nats: Option<&mut servers::nats::NatsServer>,
-    #[cfg(feature = "rabbitmq")] mut rabbitmq: Option<&mut servers::rabbitmq::RabbitServer>,
-    #[cfg(feature = "redis")] mut redis: Option<&mut servers::redis::RedisServer>,
+    brokers: &mut Brokers,
 ) -> anyhow::Result<Vec<Report>> {
     eprintln!("chaos: starting a private {} server", backend.name());
     let mut server = B::Server::start(run)
@@ -261,11 +295,13 @@ async fn on<B: ChaosDb>(
             run,
             server: &mut server,
             #[cfg(feature = "nats")]
-            nats: nats.as_deref_mut(),
+            nats: brokers.nats.as_mut(),
             #[cfg(feature = "rabbitmq")]
-            rabbitmq: rabbitmq.as_deref_mut(),
+            rabbitmq: brokers.rabbitmq.as_mut(),
             #[cfg(feature = "redis")]
-            redis: redis.as_deref_mut(),
+            redis: brokers.redis.as_mut(),
+            #[cfg(feature = "kafka")]
+            kafka: brokers.kafka.as_mut(),
             backend,
             quick,
             progress: Progress::new(name, backend.name()),

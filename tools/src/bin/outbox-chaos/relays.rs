@@ -28,6 +28,9 @@ pub(crate) struct RelaySpec {
     pub(crate) amqp_url: Option<String>,
     /// Publish through the Redis Streams batch publisher to this server.
     pub(crate) redis_url: Option<String>,
+    /// Publish through the Kafka publisher to the cluster at these
+    /// bootstrap servers, to the topic of the relay's backend.
+    pub(crate) kafka_bootstrap: Option<String>,
     /// Listen for wake-ups at commit where the backend can (PostgreSQL's
     /// NOTIFY), beside polling.
     pub(crate) notify: bool,
@@ -51,6 +54,7 @@ impl Default for RelaySpec {
             nats_url: None,
             amqp_url: None,
             redis_url: None,
+            kafka_bootstrap: None,
             notify: false,
             clock_offset: None,
         }
@@ -124,6 +128,9 @@ impl Relays {
         }
         if let Some(url) = &spec.redis_url {
             command.args(["--redis-url", url]);
+        }
+        if let Some(bootstrap) = &spec.kafka_bootstrap {
+            command.args(["--kafka-bootstrap", bootstrap]);
         }
         if let Some(url) = &spec.nats_url {
             command.args(["--nats-url", url]);

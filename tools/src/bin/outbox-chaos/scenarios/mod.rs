@@ -2,10 +2,12 @@
 //! each, relay processes, and the closing check that nothing was lost.
 
 pub(crate) mod abandon;
-#[cfg(any(feature = "rabbitmq", feature = "redis"))]
+#[cfg(any(feature = "rabbitmq", feature = "redis", feature = "kafka"))]
 pub(crate) mod broker_outage;
 pub(crate) mod clock;
 pub(crate) mod hang;
+#[cfg(feature = "kafka")]
+pub(crate) mod kafka;
 pub(crate) mod kill;
 #[cfg(feature = "nats")]
 pub(crate) mod nats;
@@ -36,8 +38,9 @@ use super::{
 };
 
 /// Every scenario, in the order they run.
-pub(crate) const ALL: [&str; 10] = [
-    "restart", "kill", "nats", "rabbitmq", "redis", "pool", "abandon", "trickle", "clock", "hang",
+pub(crate) const ALL: [&str; 11] = [
+    "restart", "kill", "nats", "rabbitmq", "redis", "kafka", "pool", "abandon", "trickle", "clock",
+    "hang",
 ];
 
 /// What a scenario runs with.
@@ -51,6 +54,8 @@ pub(crate) struct Ctx<'a, B: ChaosDb> {
     pub(crate) rabbitmq: Option<&'a mut super::servers::rabbitmq::RabbitServer>,
     #[cfg(feature = "redis")]
     pub(crate) redis: Option<&'a mut super::servers::redis::RedisServer>,
+    #[cfg(feature = "kafka")]
+    pub(crate) kafka: Option<&'a mut super::servers::kafka::KafkaServer>,
     pub(crate) backend: BackendKind,
     pub(crate) quick: bool,
     pub(crate) progress: Progress,
@@ -95,6 +100,8 @@ pub(crate) async fn run<B: ChaosDb>(name: &'static str, ctx: &mut Ctx<'_, B>) ->
         "rabbitmq" => rabbitmq::run(ctx, &mut report).await,
         #[cfg(feature = "redis")]
         "redis" => redis::run(ctx, &mut report).await,
+        #[cfg(feature = "kafka")]
+        "kafka" => kafka::run(ctx, &mut report).await,
         "pool" => pool::run(ctx, &mut report).await,
         "abandon" => abandon::run(ctx, &mut report).await,
         "trickle" => trickle::run(ctx, &mut report).await,

@@ -123,6 +123,7 @@ pub(crate) async fn run<B: ChaosDb>(
         load,
         down,
         spec,
+        counts_losses: true,
         consumer: consuming,
         stop_consuming: stop,
     };

@@ -103,6 +103,7 @@ pub(crate) async fn run<B: ChaosDb>(
         load,
         down,
         spec,
+        counts_losses: true,
         consumer: consuming,
         stop_consuming: stop,
     };

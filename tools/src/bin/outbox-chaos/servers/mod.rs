@@ -1,9 +1,12 @@
 //! Private server instances, started for this run and never shared: a
 //! PostgreSQL cluster, a MariaDB server (or a Galera cluster of them), a
-//! NATS server, a RabbitMQ broker and a Redis, each on a free port with its data under the run directory.
+//! NATS server, a RabbitMQ broker, a Redis and a Kafka-protocol broker
+//! (tansu), each on a free port with its data under the run directory.
 
 #[cfg(feature = "mysql")]
 pub(crate) mod galera;
+#[cfg(feature = "kafka")]
+pub(crate) mod kafka;
 #[cfg(feature = "mysql")]
 pub(crate) mod mariadb;
 #[cfg(feature = "nats")]
