@@ -157,6 +157,7 @@ pub(crate) fn gaps(
     nats: bool,
     rabbitmq: bool,
     redis: bool,
+    kafka: bool,
 ) -> Vec<String> {
     let mut gaps = Vec::new();
     match backend {
@@ -173,6 +174,7 @@ pub(crate) fn gaps(
         Scenario::Nats,
         Scenario::Rabbitmq,
         Scenario::Redis,
+        Scenario::Kafka,
     ];
     if !scenarios.is_empty() && !all.iter().all(|s| scenarios.contains(s)) {
         let names: Vec<&str> = all
@@ -196,6 +198,9 @@ pub(crate) fn gaps(
     if !redis && (scenarios.is_empty() || scenarios.contains(&Scenario::Redis)) {
         gaps.push("no Redis".to_owned());
     }
+    if !kafka && (scenarios.is_empty() || scenarios.contains(&Scenario::Kafka)) {
+        gaps.push("no Kafka".to_owned());
+    }
     gaps
 }
 
@@ -208,6 +213,7 @@ fn scenario_name(scenario: Scenario) -> &'static str {
         Scenario::Nats => "nats",
         Scenario::Rabbitmq => "rabbitmq",
         Scenario::Redis => "redis",
+        Scenario::Kafka => "kafka",
     }
 }
 
@@ -833,19 +839,26 @@ mod tests {
         let quick = refusal(true, false, &[], false).expect("refused");
         assert!(quick.contains("--allow-quick-docs"), "{quick}");
         assert!(refusal(true, true, &[], false).is_none());
-        let gaps = gaps(Backend::Sqlite, &[], false, false, false);
+        let gaps = gaps(Backend::Sqlite, &[], false, false, false, false);
         assert_eq!(
             gaps,
-            ["only SQLite", "no JetStream", "no RabbitMQ", "no Redis"]
+            [
+                "only SQLite",
+                "no JetStream",
+                "no RabbitMQ",
+                "no Redis",
+                "no Kafka"
+            ]
         );
         let partial = refusal(true, true, &gaps, false).expect("refused");
         assert!(partial.contains("--allow-partial-docs"), "{partial}");
         assert!(refusal(true, true, &gaps, true).is_none());
-        assert!(super::gaps(Backend::All, &[], true, true, true).is_empty());
+        assert!(super::gaps(Backend::All, &[], true, true, true, true).is_empty());
         assert_eq!(
             super::gaps(
                 Backend::All,
                 &[Scenario::Drain, Scenario::Enqueue],
+                false,
                 false,
                 false,
                 false
@@ -853,7 +866,7 @@ mod tests {
             ["only the scenarios enqueue, drain"]
         );
         assert_eq!(
-            super::gaps(Backend::All, &[Scenario::Nats], true, false, false),
+            super::gaps(Backend::All, &[Scenario::Nats], true, false, false, false),
             ["only the scenario nats"]
         );
     }

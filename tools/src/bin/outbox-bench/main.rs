@@ -13,11 +13,18 @@ mod docs;
 mod drain;
 mod enqueue;
 mod figure;
+#[cfg(feature = "kafka")]
+mod kafka;
 mod latency;
 #[cfg(feature = "nats")]
 mod nats;
 mod plot;
-#[cfg(any(feature = "nats", feature = "rabbitmq", feature = "redis"))]
+#[cfg(any(
+    feature = "nats",
+    feature = "rabbitmq",
+    feature = "redis",
+    feature = "kafka"
+))]
 mod publishing;
 #[cfg(feature = "rabbitmq")]
 mod rabbitmq;
@@ -76,6 +83,9 @@ pub(crate) struct Args {
     /// Skip the Redis Streams scenario.
     #[arg(long)]
     no_redis: bool,
+    /// Skip the Kafka scenario.
+    #[arg(long)]
+    no_kafka: bool,
     /// Run only these scenarios (repeat the flag, or separate with commas);
     /// all when not given. For profiling one of them; the table and the
     /// JSON then hold only their figures.
@@ -123,6 +133,10 @@ pub(crate) enum Scenario {
     /// Redis Streams publishing through the relay against pipelined raw
     /// `XADD`s and a hand-written publisher.
     Redis,
+    /// Kafka publishing through the relay against raw confluent-kafka and
+    /// a hand-written publisher, idempotent with `acks=all`, acks in
+    /// flight.
+    Kafka,
 }
 
 /// Sizes and repetitions.
@@ -144,9 +158,14 @@ pub(crate) struct Plan {
     pub(crate) finished: u64,
     /// Claims per table in each scale scenario.
     pub(crate) claims: usize,
-    /// Tasks per broker run (JetStream, RabbitMQ).
+    /// Tasks per broker run (JetStream, RabbitMQ, Redis, Kafka).
     #[cfg_attr(
-        not(any(feature = "nats", feature = "rabbitmq", feature = "redis")),
+        not(any(
+            feature = "nats",
+            feature = "rabbitmq",
+            feature = "redis",
+            feature = "kafka"
+        )),
         allow(dead_code)
     )]
     pub(crate) nats_tasks: u64,
@@ -219,9 +238,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "--scenario redis needs Redis: drop --no-redis (and build with the `redis` feature)"
         );
     }
+    if only.0.contains(&Scenario::Kafka) && (args.no_kafka || !cfg!(feature = "kafka")) {
+        anyhow::bail!(
+            "--scenario kafka needs Kafka: drop --no-kafka (and build with the `kafka` feature)"
+        );
+    }
     let with_nats = !args.no_nats && cfg!(feature = "nats");
     let with_rabbitmq = !args.no_rabbitmq && cfg!(feature = "rabbitmq");
     let with_redis = !args.no_redis && cfg!(feature = "redis");
+    let with_kafka = !args.no_kafka && cfg!(feature = "kafka");
     let mut meta = match &args.write_docs {
         Some(dir) => {
             let gaps = docs::gaps(
@@ -230,6 +255,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 with_nats,
                 with_rabbitmq,
                 with_redis,
+                with_kafka,
             );
             if let Some(refusal) = docs::refusal(
                 args.quick,
@@ -256,6 +282,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         nats: with_nats,
         rabbitmq: with_rabbitmq,
         redis: with_redis,
+        kafka: with_kafka,
     };
     let mut results = Results::default();
     let started = Instant::now();
@@ -333,6 +360,7 @@ struct Brokers {
     nats: bool,
     rabbitmq: bool,
     redis: bool,
+    kafka: bool,
 }
 
 /// The scenarios asked for; all when none was named.
@@ -402,6 +430,13 @@ async fn backend<B: Raw + Server>(
         {
             step("redis");
             results.figures.extend(redis::measure(&db, plan).await?);
+        }
+    }
+    if brokers.kafka && only.runs(Scenario::Kafka) {
+        #[cfg(feature = "kafka")]
+        {
+            step("kafka");
+            results.figures.extend(kafka::measure(&db, plan).await?);
         }
     }
     Ok(())

@@ -221,7 +221,7 @@ pub(crate) async fn through_relay<B: Raw>(
 }
 
 /// What a broker's figures are called.
-#[cfg(any(feature = "rabbitmq", feature = "redis"))]
+#[cfg(any(feature = "rabbitmq", feature = "redis", feature = "kafka"))]
 pub(crate) struct Names {
     /// The broker as the table names it (`RabbitMQ`).
     pub(crate) broker: &'static str,
@@ -239,7 +239,7 @@ pub(crate) struct Names {
 /// the plan's runs; and this process's CPU per task for the relay and the
 /// hand-written publisher. `relay` and `raw` measure one run of `count`
 /// tasks; `sink` makes the hand-written publisher's destination.
-#[cfg(any(feature = "rabbitmq", feature = "redis"))]
+#[cfg(any(feature = "rabbitmq", feature = "redis", feature = "kafka"))]
 pub(crate) async fn against_hand_written<B, S, SinkFut, RelayFut, RawFut>(
     db: &B,
     plan: &super::Plan,
