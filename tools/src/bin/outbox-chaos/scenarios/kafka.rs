@@ -7,7 +7,7 @@
 //! for the topic's metadata, and are retried; a record already in flight
 //! at the kill is sent again by the producer itself once the broker is
 //! back, with its sequence number (see
-//! [`KAFKA_DELIVERY_TIMEOUT`](crate::effect::KAFKA_DELIVERY_TIMEOUT)).
+//! [`KAFKA_DELIVERY_TIMEOUT`]).
 //!
 //! Invariants: no committed order is lost (every task's record was
 //! acknowledged), each order is applied exactly once through the inbox,
