@@ -215,33 +215,43 @@ impl TestTopic {
         Ok(count)
     }
 
-    /// A consumer of every partition of `topic`, from its start, in a group
-    /// of its own.
     async fn reader(&self, topic: &str) -> anyhow::Result<KafkaConsumer<Vec<u8>, Vec<u8>>> {
-        let group = format!("reader-{}-{}", topic, fastrand::u64(..));
-        let config = ConsumerConfig::new(&properties(
-            &self.bootstrap,
-            &[
-                ("group.id", &group),
-                ("group.protocol", "consumer"),
-                ("auto.offset.reset", "earliest"),
-                ("enable.auto.commit", "false"),
-            ],
-        ))?;
-        let mut consumer = KafkaConsumer::<Vec<u8>, Vec<u8>>::new(
-            config,
-            ByteArrayDeserializer::new(),
-            ByteArrayDeserializer::new(),
-        )?;
-        let partitions = consumer
-            .partitions_for(topic)
-            .await?
-            .iter()
-            .map(|info| TopicPartition::new(topic, info.partition()))
-            .collect();
-        consumer.assign(partitions).await?;
-        Ok(consumer)
+        reader(&self.bootstrap, topic, &[]).await
     }
+}
+
+/// A consumer of every partition of `topic` on the cluster at `bootstrap`,
+/// from its start, in a group of its own that commits nothing: what reads
+/// a topic back. `extra` adds client properties (`fetch.max.wait.ms`, say).
+pub async fn reader(
+    bootstrap: &str,
+    topic: &str,
+    extra: &[(&str, &str)],
+) -> anyhow::Result<KafkaConsumer<Vec<u8>, Vec<u8>>> {
+    let group = format!("reader-{}-{}", topic, fastrand::u64(..));
+    let settings: Vec<(&str, &str)> = [
+        ("group.id", group.as_str()),
+        ("group.protocol", "consumer"),
+        ("auto.offset.reset", "earliest"),
+        ("enable.auto.commit", "false"),
+    ]
+    .into_iter()
+    .chain(extra.iter().copied())
+    .collect();
+    let config = ConsumerConfig::new(&properties(bootstrap, &settings))?;
+    let mut consumer = KafkaConsumer::<Vec<u8>, Vec<u8>>::new(
+        config,
+        ByteArrayDeserializer::new(),
+        ByteArrayDeserializer::new(),
+    )?;
+    let partitions = consumer
+        .partitions_for(topic)
+        .await?
+        .iter()
+        .map(|info| TopicPartition::new(topic, info.partition()))
+        .collect();
+    consumer.assign(partitions).await?;
+    Ok(consumer)
 }
 
 impl Drop for TestTopic {

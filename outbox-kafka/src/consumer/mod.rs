@@ -321,24 +321,13 @@ where
             workers.note(&mut report, done);
         }
         self.commit(&mut consumer, &mut workers, false).await;
-        match tokio::time::timeout(REQUEST_TIMEOUT, consumer.close()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => {
-                tracing::warn!(consumer = %self.flow.name(), %error, "closing the Kafka consumer failed");
-            }
-            Err(_) => {
-                tracing::warn!(consumer = %self.flow.name(), "closing the Kafka consumer took too long; left it");
-            }
-        }
-        match tokio::time::timeout(REQUEST_TIMEOUT, shared.producer.close()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => {
-                tracing::warn!(consumer = %self.flow.name(), %error, "closing the dead-letter producer failed");
-            }
-            Err(_) => {
-                tracing::warn!(consumer = %self.flow.name(), "closing the dead-letter producer took too long; left it");
-            }
-        }
+        close_within(self.flow.name(), "the Kafka consumer", consumer.close()).await;
+        close_within(
+            self.flow.name(),
+            "the dead-letter producer",
+            shared.producer.close(),
+        )
+        .await;
         match failure {
             Some(error) => Err(error),
             None => Ok(report),
@@ -514,6 +503,20 @@ where
                 tracing::warn!(consumer = %self.flow.name(), %error, "committing offsets failed; trying again later (the records done since come again after a crash, as duplicates)");
             }
         }
+    }
+}
+
+/// Waits at most [`REQUEST_TIMEOUT`] for `what` to close, and logs a
+/// failure or a close that took too long (then it is left as it is).
+async fn close_within<E: fmt::Display>(
+    consumer: &str,
+    what: &str,
+    closing: impl Future<Output = Result<(), E>>,
+) {
+    match tokio::time::timeout(REQUEST_TIMEOUT, closing).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(consumer, %error, "closing {what} failed"),
+        Err(_) => tracing::warn!(consumer, "closing {what} took too long; left it"),
     }
 }
 

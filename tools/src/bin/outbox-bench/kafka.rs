@@ -20,15 +20,17 @@ use confluent_kafka::{
     common::{
         KafkaFuture, TopicPartition,
         header::{RecordHeader, RecordHeaders},
-        serialization::{ByteArrayDeserializer, ByteArraySerializer},
+        serialization::ByteArraySerializer,
     },
-    consumer::{Consumer as _, ConsumerConfig, KafkaConsumer},
+    consumer::Consumer as _,
     producer::{KafkaProducer, Producer as _, ProducerConfig, ProducerRecord, RecordMetadata},
 };
 use diesel_outbox_core::{Store as _, wire};
 use diesel_outbox_kafka::{KafkaPublisher, MESSAGE_ID};
 use diesel_outbox_testkit::{
-    kafka::{BOOTSTRAP_VAR, CLIENT_PROPERTIES, admin, create_topic, tansu_args, tansu_program},
+    kafka::{
+        BOOTSTRAP_VAR, CLIENT_PROPERTIES, admin, create_topic, reader, tansu_args, tansu_program,
+    },
     private_server::PrivateServer,
 };
 use futures_util::{StreamExt, stream::FuturesUnordered};
@@ -169,30 +171,10 @@ impl Cluster {
     /// producer is transactional, so an offset counts the records before
     /// it.)
     async fn count(&self, topic: &str) -> anyhow::Result<u64> {
-        let group = format!(
-            "bench-counter-{}",
-            self.next.fetch_add(1, Ordering::Relaxed)
-        );
-        let config = ConsumerConfig::new(&self.properties(&[
-            ("group.id", &group),
-            ("group.protocol", "consumer"),
-            ("enable.auto.commit", "false"),
-            // A fetch with nothing to give comes back soon, so quiet is
-            // quick to tell.
-            ("fetch.max.wait.ms", "50"),
-        ]))?;
-        let mut consumer = KafkaConsumer::<Vec<u8>, Vec<u8>>::new(
-            config,
-            ByteArrayDeserializer::new(),
-            ByteArrayDeserializer::new(),
-        )?;
-        let partitions: Vec<TopicPartition> = consumer
-            .partitions_for(topic)
-            .await?
-            .iter()
-            .map(|info| TopicPartition::new(topic, info.partition()))
-            .collect();
-        consumer.assign(partitions.clone()).await?;
+        // A fetch with nothing to give comes back soon, so quiet is quick
+        // to tell.
+        let mut consumer = reader(&self.bootstrap, topic, &[("fetch.max.wait.ms", "50")]).await?;
+        let partitions: Vec<TopicPartition> = consumer.assignment().into_iter().collect();
         let (mut records, mut waiting) = (0_u64, HashSet::new());
         for (partition, end) in consumer.end_offsets(&partitions).await? {
             let from = (end - 1).max(0);

@@ -20,13 +20,10 @@
 use std::{collections::HashMap, time::Duration};
 
 use anyhow::Context as _;
-use confluent_kafka::{
-    common::{TopicPartition, serialization::ByteArrayDeserializer},
-    consumer::{Consumer as _, ConsumerConfig, KafkaConsumer},
-};
+use confluent_kafka::consumer::Consumer as _;
 use diesel_outbox_core::{CancellationToken, RetryPolicy};
 use diesel_outbox_kafka::InboxConsumer;
-use diesel_outbox_testkit::kafka::{CLIENT_PROPERTIES, create_topic};
+use diesel_outbox_testkit::kafka::{self, CLIENT_PROPERTIES, create_topic};
 
 use super::{
     Ctx,
@@ -47,28 +44,6 @@ const CONCURRENCY: usize = 16;
 /// How often the consumer commits the offsets of what it applied.
 const COMMIT_INTERVAL: Duration = Duration::from_millis(250);
 
-/// A reading consumer of the cluster at `bootstrap`, in a group of its own
-/// that commits nothing.
-fn reader(bootstrap: &str, group: &str) -> anyhow::Result<KafkaConsumer<Vec<u8>, Vec<u8>>> {
-    let properties: HashMap<String, String> = CLIENT_PROPERTIES
-        .iter()
-        .copied()
-        .chain([
-            ("bootstrap.servers", bootstrap),
-            ("group.id", group),
-            ("group.protocol", "consumer"),
-            ("auto.offset.reset", "earliest"),
-            ("enable.auto.commit", "false"),
-        ])
-        .map(|(name, value)| (name.to_owned(), value.to_owned()))
-        .collect();
-    Ok(KafkaConsumer::new(
-        ConsumerConfig::new(&properties)?,
-        ByteArrayDeserializer::new(),
-        ByteArrayDeserializer::new(),
-    )?)
-}
-
 /// How long reading a topic back waits for more once it has what it
 /// expects (its fetches answer within `fetch.max.wait.ms`, 500 ms).
 const QUIET: Duration = Duration::from_secs(1);
@@ -82,17 +57,10 @@ async fn records_per_order(
     topic: &str,
     expected: &[i64],
 ) -> anyhow::Result<HashMap<i64, usize>> {
-    let mut consumer = reader(bootstrap, &format!("{topic}.reader"))?;
-    let partitions: Vec<TopicPartition> = consumer
-        .partitions_for(topic)
-        .await?
-        .iter()
-        .map(|info| TopicPartition::new(topic, info.partition()))
-        .collect();
-    consumer.assign(partitions.clone()).await?;
+    let mut consumer = kafka::reader(bootstrap, topic, &[]).await?;
     // Where each partition starts, asked now: the quiet time counts from a
     // reader that knows where to fetch.
-    for partition in &partitions {
+    for partition in &consumer.assignment() {
         consumer.position(partition).await?;
     }
     let mut orders = HashMap::new();
