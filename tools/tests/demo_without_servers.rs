@@ -7,16 +7,18 @@ use std::{
     process::Command,
 };
 
-/// A local port nothing listens on: bound, then released.
+/// A local port nothing listens on: bound, then released. Another process
+/// of the test run may take a released port at once; another is tried then.
 fn closed_port() -> u16 {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind a free port");
-    let port = listener.local_addr().expect("its address").port();
-    drop(listener);
-    assert!(
-        TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err(),
-        "port {port} still answers"
-    );
-    port
+    for _ in 0..20 {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind a free port");
+        let port = listener.local_addr().expect("its address").port();
+        drop(listener);
+        if TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+            return port;
+        }
+    }
+    panic!("20 released ports in a row still answered");
 }
 
 #[test]
