@@ -12,7 +12,7 @@ use tokio::{
     process::Command,
 };
 
-use super::{free_port, wait_until};
+use super::{Exited, free_port, wait_until};
 use crate::{process::Proc, run_dir::RunDir};
 
 /// The cluster's name (`--cluster_name`).
@@ -45,14 +45,36 @@ pub(crate) struct NatsCluster {
 impl NatsCluster {
     /// Starts `size` nodes routed to each other, and waits until each
     /// accepts clients with JetStream and the cluster has elected a
-    /// JetStream meta leader.
+    /// JetStream meta leader. A node that exits while starting (another
+    /// process took one of its ports between our check and its listen)
+    /// has the whole cluster started again on fresh ports, up to three
+    /// times: every node's routes name every other's cluster port.
     pub(crate) async fn start(run: &RunDir, size: usize) -> anyhow::Result<Self> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match Self::start_once(run, size, tries).await {
+                Err(error) if tries < 3 && error.is::<Exited>() => {
+                    eprintln!("chaos: {error:#}; starting the NATS cluster again on other ports");
+                }
+                started => return started,
+            }
+        }
+    }
+
+    async fn start_once(run: &RunDir, size: usize, attempt: u32) -> anyhow::Result<Self> {
         let mut nodes = Vec::new();
         for n in 1..=size {
             let name = format!("n{n}");
+            // A fresh store and log per attempt: nothing of a failed start
+            // carries over.
+            let dir = match attempt {
+                1 => format!("nats-{name}"),
+                _ => format!("nats-{name}-attempt{attempt}"),
+            };
             nodes.push(Node {
-                store: run.subdir(&format!("nats-{name}"))?,
-                log: run.path().join(format!("nats-{name}.log")),
+                store: run.subdir(&dir)?,
+                log: run.path().join(format!("{dir}.log")),
                 name,
                 port: free_port()?,
                 cluster_port: free_port()?,
@@ -119,18 +141,23 @@ impl NatsCluster {
         Ok(())
     }
 
-    async fn wait_ready(&self, index: usize) -> anyhow::Result<()> {
-        let node = &self.nodes[index];
+    async fn wait_ready(&mut self, index: usize) -> anyhow::Result<()> {
+        let node = &mut self.nodes[index];
         let url = node.url();
-        wait_until(
-            &format!("NATS node {}", node.name),
-            Duration::from_secs(30),
-            || async {
-                let client = async_nats::connect(&url).await?;
+        let what = format!("NATS node {}", node.name);
+        let (log, server) = (&node.log, &mut node.server);
+        wait_until(&what, Duration::from_secs(30), || {
+            let exited = !server.as_mut().is_some_and(Proc::running);
+            let (url, what) = (&url, &what);
+            async move {
+                if exited {
+                    return Err(Exited::new(what, log).into());
+                }
+                let client = async_nats::connect(url).await?;
                 anyhow::ensure!(client.server_info().jetstream, "JetStream is off");
                 Ok(())
-            },
-        )
+            }
+        })
         .await
     }
 
