@@ -167,6 +167,18 @@ macro_rules! embed_outbox_migrations {
                     );
                 }
             }
+
+            /// Every object a migration creates is named after one of the
+            /// outbox's tables, so a table prefix renames all of them.
+            #[test]
+            fn every_name_a_migration_creates_takes_a_table_prefix() {
+                for sql in super::migration_sql().iter().chain(super::inbox_migration_sql()) {
+                    for text in [sql.up(), sql.down()] {
+                        let left = $crate::unrenamed_names(text);
+                        assert!(left.is_empty(), "{}: {left:?} would keep their names", sql.name());
+                    }
+                }
+            }
         }
     };
 }

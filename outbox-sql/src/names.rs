@@ -1,0 +1,387 @@
+//! [`Names`]: what an outbox's tables, indexes and constraints are called
+//! in one database, and the statements written with those names.
+//!
+//! Every statement of a backend is written once with the default names
+//! (`outbox_tasks`, `outbox_ordering_keys`, `outbox_inbox`, `outbox_meta`,
+//! and the indexes and constraints named after them). A store whose names
+//! differ renders each statement's text once, with its names in place, and
+//! keeps it: the names are part of the text each connection prepares, never
+//! bound per call, so a statement keeps its cached, prepared form and its
+//! plan. A name is checked before it is used ([`Names::with_table_prefix`]):
+//! no statement is ever built from an unchecked string.
+
+use std::{
+    borrow::Cow,
+    collections::HashMap,
+    ops::Deref,
+    sync::{Arc, PoisonError, RwLock},
+};
+
+use diesel_outbox_core::{Error, Result};
+
+/// The tables an outbox owns, under their default names. Every other name
+/// of the outbox (an index, a constraint, a sequence) starts with one of
+/// them, so renaming these renames the whole outbox.
+pub const TABLES: [&str; 4] = [
+    "outbox_tasks",
+    "outbox_ordering_keys",
+    "outbox_inbox",
+    "outbox_meta",
+];
+
+/// The longest table prefix accepted, in bytes: the longest name an outbox
+/// gives an object (PostgreSQL names a check constraint
+/// `outbox_ordering_keys_open_tasks_check`, 37 bytes) plus the prefix stays
+/// within every backend's identifier length (63 bytes on PostgreSQL, 64 on
+/// MySQL).
+pub const MAX_TABLE_PREFIX_BYTES: usize = 20;
+
+/// The names of one outbox's objects in its database: the defaults, or
+/// each one with a prefix of the user's ([`with_table_prefix`]), so that
+/// several outboxes live side by side in one database without seeing each
+/// other. Clones share the statements rendered so far.
+///
+/// ```
+/// use diesel_outbox_sql::Names;
+///
+/// let names = Names::default().with_table_prefix("billing_").unwrap();
+/// assert_eq!(names.table("outbox_tasks"), "billing_outbox_tasks");
+/// assert_eq!(
+///     &*names.sql("SELECT id FROM outbox_tasks t WHERE t.id = $1"),
+///     "SELECT id FROM billing_outbox_tasks t WHERE t.id = $1",
+/// );
+/// assert!(Names::default().with_table_prefix("Billing").is_err());
+/// ```
+///
+/// [`with_table_prefix`]: Names::with_table_prefix
+#[derive(Clone, Default)]
+pub struct Names {
+    /// `None` for the default names, whose statements are their templates.
+    named: Option<Arc<Named>>,
+}
+
+/// A store's names other than the defaults, and its statements rendered
+/// with them, keyed by the address and length of their templates.
+struct Named {
+    prefix: String,
+    rendered: RwLock<HashMap<(usize, usize), Arc<str>>>,
+}
+
+impl std::fmt::Debug for Names {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Names")
+            .field("table_prefix", &self.table_prefix())
+            .finish()
+    }
+}
+
+impl PartialEq for Names {
+    fn eq(&self, other: &Self) -> bool {
+        self.table_prefix() == other.table_prefix()
+    }
+}
+
+impl Eq for Names {}
+
+impl Names {
+    /// These names with every table, index and constraint of the outbox
+    /// starting with `prefix` (`billing_` gives `billing_outbox_tasks`).
+    /// The prefix is lower-case ASCII letters, digits and `_`, starting
+    /// with a letter, at most [`MAX_TABLE_PREFIX_BYTES`] bytes: a name
+    /// every backend takes unquoted, the same way on every platform. An
+    /// empty prefix gives the default names. Anything else is
+    /// [`Error::Config`] naming `table_prefix`.
+    pub fn with_table_prefix(self, prefix: &str) -> Result<Self> {
+        check_prefix(prefix).map_err(|reason| Error::Config {
+            field: "table_prefix",
+            reason,
+        })?;
+        Ok(match prefix {
+            "" => Self::default(),
+            _ => Self {
+                named: Some(Arc::new(Named {
+                    prefix: prefix.to_owned(),
+                    rendered: RwLock::default(),
+                })),
+            },
+        })
+    }
+
+    /// The prefix of every name (empty for the defaults).
+    pub fn table_prefix(&self) -> &str {
+        self.named.as_deref().map_or("", |named| &named.prefix)
+    }
+
+    /// Whether these are the default names.
+    pub fn is_default(&self) -> bool {
+        self.named.is_none()
+    }
+
+    /// What the object called `default` by default is called here
+    /// (`outbox_tasks`, `outbox_tasks_available_idx`...).
+    pub fn table(&self, default: &str) -> String {
+        format!("{}{default}", self.table_prefix())
+    }
+
+    /// The statement `template`, written with the default names, as this
+    /// outbox runs it: the template itself for the default names, else its
+    /// text with every name of the outbox renamed, rendered on first use
+    /// and kept.
+    pub fn sql(&self, template: &'static str) -> Sql {
+        let Some(named) = &self.named else {
+            return Sql(SqlText::Template(template));
+        };
+        let key = (template.as_ptr() as usize, template.len());
+        let cached = named
+            .rendered
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+            .cloned();
+        let text = match cached {
+            Some(text) => text,
+            None => {
+                let text: Arc<str> = rename(template, &named.prefix).into();
+                named
+                    .rendered
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(key, Arc::clone(&text));
+                text
+            }
+        };
+        Sql(SqlText::Rendered(text))
+    }
+
+    /// `text` (built at run time, written with the default names) with
+    /// every name of the outbox renamed; not kept.
+    pub fn render<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        match &self.named {
+            None => Cow::Borrowed(text),
+            Some(named) => Cow::Owned(rename(text, &named.prefix)),
+        }
+    }
+}
+
+/// A statement's text as a store runs it ([`Names::sql`]).
+#[derive(Debug, Clone)]
+pub struct Sql(SqlText);
+
+#[derive(Debug, Clone)]
+enum SqlText {
+    Template(&'static str),
+    Rendered(Arc<str>),
+}
+
+impl Deref for Sql {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        match &self.0 {
+            SqlText::Template(text) => text,
+            SqlText::Rendered(text) => text,
+        }
+    }
+}
+
+/// Why `prefix` cannot be a table prefix, if it cannot.
+fn check_prefix(prefix: &str) -> std::result::Result<(), String> {
+    if prefix.len() > MAX_TABLE_PREFIX_BYTES {
+        return Err(format!(
+            "`{prefix}` is {} bytes; at most {MAX_TABLE_PREFIX_BYTES}",
+            prefix.len()
+        ));
+    }
+    if let Some(first) = prefix.chars().next()
+        && !first.is_ascii_lowercase()
+    {
+        return Err(format!(
+            "`{prefix}` must start with a lower-case letter (a-z)"
+        ));
+    }
+    if let Some(bad) = prefix
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_'))
+    {
+        return Err(format!(
+            "`{prefix}` holds {bad:?}; only a-z, 0-9 and _ are allowed"
+        ));
+    }
+    Ok(())
+}
+
+/// `text` with `prefix` before every word that is, or starts with, the
+/// default name of one of the outbox's [`TABLES`] (a word: a run of ASCII
+/// letters, digits, `_` and `$`, as identifiers are written).
+fn rename(text: &str, prefix: &str) -> String {
+    let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'$';
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len() + 8 * prefix.len());
+    let mut copied = 0;
+    let mut at = 0;
+    while at < bytes.len() {
+        if !is_word(bytes[at]) {
+            at += 1;
+            continue;
+        }
+        let start = at;
+        while at < bytes.len() && is_word(bytes[at]) {
+            at += 1;
+        }
+        let word = &text[start..at];
+        if TABLES.iter().any(|table| {
+            word.strip_prefix(table)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('_'))
+        }) {
+            out.push_str(&text[copied..start]);
+            out.push_str(prefix);
+            copied = start;
+        }
+    }
+    out.push_str(&text[copied..]);
+    out
+}
+
+/// The names `sql` (a migration) creates or drops, lower-case words after
+/// `TABLE`, `INDEX`, `CONSTRAINT`, `KEY`, `TRIGGER`, `SEQUENCE` or `VIEW`
+/// (comments skipped), that no prefix would rename: each should be empty,
+/// or a second outbox's migration would collide with the first's.
+pub fn unrenamed_names(sql: &str) -> Vec<String> {
+    const KEYWORDS: [&str; 7] = [
+        "TABLE",
+        "INDEX",
+        "CONSTRAINT",
+        "KEY",
+        "TRIGGER",
+        "SEQUENCE",
+        "VIEW",
+    ];
+    let code: String = sql
+        .lines()
+        .map(|line| line.split("--").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n");
+    // Words and single punctuation marks, so that a keyword's next token
+    // is a name only when nothing stands between them (`PRIMARY KEY (id)`
+    // and `PRIMARY KEY,` name nothing).
+    let mut words: Vec<&str> = Vec::new();
+    let mut rest = code.as_str();
+    while let Some(c) = rest.chars().next() {
+        let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+        let len = match is_word(c) {
+            true => rest.find(|c: char| !is_word(c)).unwrap_or(rest.len()),
+            false => c.len_utf8(),
+        };
+        let token = &rest[..len];
+        if !token.trim().is_empty() && !matches!(token, "IF" | "NOT" | "EXISTS") {
+            words.push(token);
+        }
+        rest = &rest[len..];
+    }
+    let renamed = rename(&code, "p_");
+    words
+        .windows(2)
+        .filter(|pair| KEYWORDS.contains(&pair[0]))
+        .map(|pair| pair[1])
+        .filter(|name| {
+            name.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        })
+        .filter(|name| {
+            !renamed
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .any(|word| word.strip_prefix("p_") == Some(*name))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prefixed(prefix: &str) -> Names {
+        Names::default().with_table_prefix(prefix).unwrap()
+    }
+
+    #[test]
+    fn default_names_run_the_template_itself() {
+        let template: &'static str = "SELECT id FROM outbox_tasks";
+        let sql = Names::default().sql(template);
+        assert_eq!(sql.as_ptr(), template.as_ptr());
+        assert!(Names::default().is_default());
+        assert!(prefixed("").is_default());
+    }
+
+    #[test]
+    fn every_name_of_the_outbox_is_renamed_and_nothing_else() {
+        let names = prefixed("billing_");
+        let template = "INSERT INTO outbox_ordering_keys (ordering_key) \
+             SELECT t.ordering_key FROM outbox_tasks t \
+             JOIN outbox_inbox USING (id) WHERE outbox_tasks.id = ANY($1) \
+             AND pg_get_serial_sequence('outbox_tasks', 'id') <> '' \
+             AND name = 'outbox_id' AND x.my_outbox_tasks = 1 \
+             AND outbox_tasksx = 2; \
+             CREATE INDEX outbox_tasks_available_idx ON outbox_tasks (id); \
+             SELECT value FROM outbox_meta";
+        assert_eq!(
+            &*names.sql(Box::leak(template.to_owned().into_boxed_str())),
+            "INSERT INTO billing_outbox_ordering_keys (ordering_key) \
+             SELECT t.ordering_key FROM billing_outbox_tasks t \
+             JOIN billing_outbox_inbox USING (id) WHERE billing_outbox_tasks.id = ANY($1) \
+             AND pg_get_serial_sequence('billing_outbox_tasks', 'id') <> '' \
+             AND name = 'outbox_id' AND x.my_outbox_tasks = 1 \
+             AND outbox_tasksx = 2; \
+             CREATE INDEX billing_outbox_tasks_available_idx ON billing_outbox_tasks (id); \
+             SELECT value FROM billing_outbox_meta"
+        );
+    }
+
+    #[test]
+    fn a_created_name_no_prefix_renames_is_found() {
+        let sql = "-- CREATE TABLE jobs in a comment\n\
+            CREATE TABLE IF NOT EXISTS outbox_tasks (id INT PRIMARY KEY, key VARCHAR(10),\n\
+            PRIMARY KEY (id), CONSTRAINT outbox_tasks_id_check CHECK (id > 0));\n\
+            CREATE INDEX jobs_idx ON outbox_tasks (id);\n\
+            CREATE UNIQUE INDEX outbox_tasks_key_idx ON outbox_tasks (key);";
+        assert_eq!(unrenamed_names(sql), ["jobs_idx"]);
+    }
+
+    #[test]
+    fn a_rendered_statement_is_kept_and_shared_by_clones() {
+        let names = prefixed("a_");
+        let template: &'static str = "SELECT 1 FROM outbox_tasks";
+        let first = names.sql(template);
+        let again = names.clone().sql(template);
+        assert_eq!(first.as_ptr(), again.as_ptr());
+        assert_eq!(&*first, "SELECT 1 FROM a_outbox_tasks");
+    }
+
+    #[test]
+    fn a_prefix_a_backend_would_reject_or_need_quoted_is_refused_by_name() {
+        for bad in [
+            "Billing_",
+            "1st_",
+            "_x",
+            "bill-ing",
+            "bill ing",
+            "b\"; DROP TABLE outbox_tasks; --",
+            "ünï_",
+            "a_prefix_of_21_bytes_",
+        ] {
+            let error = Names::default().with_table_prefix(bad).unwrap_err();
+            assert!(
+                matches!(
+                    error,
+                    Error::Config {
+                        field: "table_prefix",
+                        ..
+                    }
+                ),
+                "{bad}: {error}"
+            );
+        }
+        assert_eq!(prefixed("a_prefix_of_20bytes_").table_prefix().len(), 20);
+        assert_eq!(prefixed("t1").table("outbox_meta"), "t1outbox_meta");
+    }
+}
