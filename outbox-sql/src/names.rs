@@ -210,9 +210,18 @@ fn check_prefix(prefix: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// `text` with `prefix` before every word that is, or starts with, the
-/// default name of one of the outbox's [`TABLES`] (a word: a run of ASCII
-/// letters, digits, `_` and `$`, as identifiers are written).
+/// Whether `word` is, or starts with, the default name of one of the
+/// outbox's [`TABLES`]: a name a prefix renames.
+fn is_outbox_name(word: &str) -> bool {
+    TABLES.iter().any(|table| {
+        word.strip_prefix(table)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('_'))
+    })
+}
+
+/// `text` with `prefix` before every word that [`is_outbox_name`] (a word:
+/// a run of ASCII letters, digits, `_` and `$`, as identifiers are
+/// written).
 fn rename(text: &str, prefix: &str) -> String {
     let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'$';
     let bytes = text.as_bytes();
@@ -228,11 +237,7 @@ fn rename(text: &str, prefix: &str) -> String {
         while at < bytes.len() && is_word(bytes[at]) {
             at += 1;
         }
-        let word = &text[start..at];
-        if TABLES.iter().any(|table| {
-            word.strip_prefix(table)
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('_'))
-        }) {
+        if is_outbox_name(&text[start..at]) {
             out.push_str(&text[copied..start]);
             out.push_str(prefix);
             copied = start;
@@ -278,7 +283,6 @@ pub fn unrenamed_names(sql: &str) -> Vec<String> {
         }
         rest = &rest[len..];
     }
-    let renamed = rename(&code, "p_");
     words
         .windows(2)
         .filter(|pair| KEYWORDS.contains(&pair[0]))
@@ -287,11 +291,7 @@ pub fn unrenamed_names(sql: &str) -> Vec<String> {
             name.bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
         })
-        .filter(|name| {
-            !renamed
-                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .any(|word| word.strip_prefix("p_") == Some(*name))
-        })
+        .filter(|name| !is_outbox_name(name))
         .map(str::to_owned)
         .collect()
 }
@@ -325,7 +325,7 @@ mod tests {
              CREATE INDEX outbox_tasks_available_idx ON outbox_tasks (id); \
              SELECT value FROM outbox_meta";
         assert_eq!(
-            &*names.sql(Box::leak(template.to_owned().into_boxed_str())),
+            &*names.sql(template),
             "INSERT INTO billing_outbox_ordering_keys (ordering_key) \
              SELECT t.ordering_key FROM billing_outbox_tasks t \
              JOIN billing_outbox_inbox USING (id) WHERE billing_outbox_tasks.id = ANY($1) \

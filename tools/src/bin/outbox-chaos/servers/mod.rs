@@ -21,7 +21,7 @@ pub(crate) mod rabbitmq;
 pub(crate) mod redis;
 
 use std::{
-    collections::HashSet,
+    collections::BTreeSet,
     future::Future,
     net::TcpListener,
     sync::{Mutex, PoisonError},
@@ -56,7 +56,7 @@ pub(crate) trait DbServer: Send + Sync + Sized + 'static {
 }
 
 /// Ports [`free_port`] has handed out in this process.
-static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 
 /// A TCP port on 127.0.0.1 that nothing listens on right now, and that this
 /// process has not handed out before: the kernel may offer a just-released
@@ -64,7 +64,6 @@ static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
 /// the second unable to listen.
 pub(crate) fn free_port() -> anyhow::Result<u16> {
     let mut given = GIVEN.lock().unwrap_or_else(PoisonError::into_inner);
-    let given = given.get_or_insert_with(HashSet::new);
     for _ in 0..100 {
         let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
         let port = listener.local_addr()?.port();
@@ -115,9 +114,10 @@ impl std::error::Error for Exited {}
 const PROBE_LIMIT: Duration = Duration::from_secs(5);
 
 /// Polls `ready` every 20 ms until it succeeds, for at most `limit` or
-/// until it answers [`Exited`]; the last error says why not. Each try gets at most 5 s (and never more than
-/// what is left of `limit`): a probe whose server accepted the connection
-/// but never answers is cut and tried again, never waited on for ever.
+/// until it answers [`Exited`]; the last error says why not. Each try gets
+/// at most 5 s (and never more than what is left of `limit`): a probe whose
+/// server accepted the connection but never answers is cut and tried again,
+/// never waited on for ever.
 pub(crate) async fn wait_until<F, Fut>(
     what: &str,
     limit: Duration,
@@ -173,7 +173,7 @@ mod tests {
     #[test]
     fn free_port_never_hands_out_a_port_twice() {
         let ports: Vec<u16> = (0..500).map(|_| free_port().unwrap()).collect();
-        let distinct: HashSet<u16> = ports.iter().copied().collect();
+        let distinct: BTreeSet<u16> = ports.iter().copied().collect();
         assert_eq!(distinct.len(), ports.len());
     }
 
