@@ -29,8 +29,8 @@ use diesel_outbox_core::{
     transition::{self, Completion, EXPIRED_ERROR},
 };
 use diesel_outbox_sql::{
-    CachedQuery, Dialect, Inserted, KeyCounts, PreparedOnce, ReadRow, cached, micros, mysql_error,
-    mysql_pool_error,
+    CachedQuery, Dialect, Inserted, KeyCounts, Names, PreparedOnce, ReadRow, cached, micros,
+    mysql_error, mysql_pool_error,
     rows::{Applied, Count, Id, KeyCount, Micros, duration_us, tally_statuses, to_u64},
     uncached,
 };
@@ -60,6 +60,7 @@ pub struct Mysql {
     isolation: Isolation,
     server: Arc<OnceCell<ServerInfo>>,
     inserts: Arc<PreparedOnce<InsertShape>>,
+    names: Names,
 }
 
 impl Mysql {
@@ -68,6 +69,7 @@ impl Mysql {
             isolation,
             server: Arc::default(),
             inserts: Arc::default(),
+            names: Names::default(),
         }
     }
 
@@ -141,9 +143,10 @@ fn utf8(key: Vec<u8>) -> Option<String> {
 /// The counts of `keys`, their rows locked in key order.
 async fn lock_counts(
     conn: &mut AsyncMysqlConnection,
+    names: &Names,
     keys: &KeyCounts<'_>,
 ) -> Result<Vec<KeyCount>> {
-    let text = sql::lock_counts(keys.len());
+    let text = names.rendered(sql::lock_counts(keys.len()));
     let rows: Vec<BinaryCount> = bind_keys(uncached(&text), keys.keys().copied())
         .load(conn)
         .await
@@ -187,10 +190,14 @@ fn documents(completions: &[Completion]) -> Vec<String> {
 
 /// The update of `COMPLETE`, document by document;
 /// returns the rows whose fence held.
-async fn apply(conn: &mut AsyncMysqlConnection, completions: &[Completion]) -> Result<u64> {
+async fn apply(
+    conn: &mut AsyncMysqlConnection,
+    names: &Names,
+    completions: &[Completion],
+) -> Result<u64> {
     let mut applied = 0;
     for document in documents(completions) {
-        let rows = cached::<MysqlBackend>(sql::COMPLETE)
+        let rows = cached::<MysqlBackend>(&names.sql(sql::COMPLETE))
             .bind::<Text, _>(document)
             .execute(&mut *conn)
             .await
@@ -245,6 +252,16 @@ impl Dialect for Mysql {
         Self::new(Isolation::EachTransaction)
     }
 
+    fn names(&self) -> &Names {
+        &self.names
+    }
+
+    /// The insert shapes kept so far were chosen for the old names' text.
+    fn set_names(&mut self, names: Names) {
+        self.names = names;
+        self.inserts = Arc::default();
+    }
+
     fn error(error: diesel::result::Error) -> Error {
         mysql_error(error)
     }
@@ -291,22 +308,30 @@ impl Dialect for Mysql {
         // A single row needs no id run, so no server facts: a plain
         // enqueue adds no query to the caller's transaction.
         let consecutive_ids = rows.len() > 1 && self.server(conn).await?.consecutive_ids;
-        insert::insert(conn, rows, heads, consecutive_ids, &self.inserts).await
+        insert::insert(
+            conn,
+            &self.names,
+            rows,
+            heads,
+            consecutive_ids,
+            &self.inserts,
+        )
+        .await
     }
 
     /// Exact counts but for succeeded rows on a large table, which come
     /// from the server's estimate of the table.
     async fn stats(&self, conn: &mut AsyncMysqlConnection) -> Result<Stats> {
-        let counts: Vec<Count> = diesel::sql_query(sql::COUNTS)
+        let counts: Vec<Count> = diesel::sql_query(&*self.sql(sql::COUNTS))
             .load(&mut *conn)
             .await
             .map_err(mysql_error)?;
-        let table: Option<Count> = diesel::sql_query(sql::TABLE_ROWS)
+        let table: Option<Count> = diesel::sql_query(&*self.sql(sql::TABLE_ROWS))
             .get_result(&mut *conn)
             .await
             .optional()
             .map_err(mysql_error)?;
-        let oldest: Option<Micros> = diesel::sql_query(sql::OLDEST_DUE)
+        let oldest: Option<Micros> = diesel::sql_query(&*self.sql(sql::OLDEST_DUE))
             .get_result(&mut *conn)
             .await
             .optional()
@@ -315,7 +340,7 @@ impl Dialect for Mysql {
         let exact = tally_statuses(&mut stats, counts);
         let estimate = table.map_or(0, |table| table.n);
         stats.succeeded = if estimate < EXACT_BELOW {
-            let succeeded: Count = diesel::sql_query(sql::COUNT_SUCCEEDED)
+            let succeeded: Count = diesel::sql_query(&*self.sql(sql::COUNT_SUCCEEDED))
                 .get_result(&mut *conn)
                 .await
                 .map_err(mysql_error)?;
@@ -328,11 +353,11 @@ impl Dialect for Mysql {
     }
 
     async fn outbox_id(&self, conn: &mut AsyncMysqlConnection) -> Result<OutboxId> {
-        diesel_outbox_sql::read_outbox_id(conn, mysql_error).await
+        diesel_outbox_sql::read_outbox_id(conn, self.names(), mysql_error).await
     }
 
     async fn next_due(&self, conn: &mut AsyncMysqlConnection) -> Result<Option<Duration>> {
-        let next: Micros = cached(sql::NEXT_DUE)
+        let next: Micros = cached(&self.sql(sql::NEXT_DUE))
             .get_result(conn)
             .await
             .map_err(mysql_error)?;
@@ -344,7 +369,7 @@ impl Dialect for Mysql {
         conn: &mut AsyncMysqlConnection,
         id: TaskId,
     ) -> Result<Option<(ReadRow, DateTime<Utc>)>> {
-        let locked: Option<Locked> = cached(sql::LOCK_TASK)
+        let locked: Option<Locked> = cached(&self.sql(sql::LOCK_TASK))
             .bind::<BigInt, _>(id.get())
             .get_result(conn)
             .await
@@ -363,14 +388,15 @@ impl Dialect for Mysql {
         let limit =
             i64::try_from(request.limit).map_err(|_| Error::invalid("batch_size", "too large"))?;
         let due_by = timestamp::to_column_opt("due_by", request.due_by)?;
-        let locked: Vec<(TaskRow, NaiveDateTime)> = cached::<MysqlBackend>(sql::LOCK_DUE)
-            .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
-            .bind::<Nullable<Datetime>, _>(due_by)
-            .bind::<BigInt, _>(limit)
-            .returning::<(crate::schema::outbox_tasks::SqlType, Datetime)>()
-            .load(conn)
-            .await
-            .map_err(mysql_error)?;
+        let locked: Vec<(TaskRow, NaiveDateTime)> =
+            cached::<MysqlBackend>(&self.sql(sql::LOCK_DUE))
+                .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
+                .bind::<Nullable<Datetime>, _>(due_by)
+                .bind::<BigInt, _>(limit)
+                .returning::<(crate::schema::outbox_tasks::SqlType, Datetime)>()
+                .load(conn)
+                .await
+                .map_err(mysql_error)?;
         Ok(locked
             .into_iter()
             .map(|(row, now)| (row.decode(), timestamp::from_column(now)))
@@ -385,7 +411,7 @@ impl Dialect for Mysql {
         now: DateTime<Utc>,
     ) -> Result<()> {
         let until = timestamp::to_column("lease_duration", transition::after(now, lease.duration))?;
-        cached::<MysqlBackend>(sql::SET_LEASES)
+        cached::<MysqlBackend>(&self.sql(sql::SET_LEASES))
             .bind::<Text, _>(json_rows::ids(ids))
             .bind::<Text, _>(&lease.owner)
             .bind::<Datetime, _>(until)
@@ -402,7 +428,7 @@ impl Dialect for Mysql {
         ids: &[TaskId],
         now: DateTime<Utc>,
     ) -> Result<()> {
-        cached::<MysqlBackend>(sql::EXPIRE)
+        cached::<MysqlBackend>(&self.sql(sql::EXPIRE))
             .bind::<Text, _>(json_rows::ids(ids))
             .bind::<Datetime, _>(now.naive_utc())
             .bind::<Datetime, _>(now.naive_utc())
@@ -420,7 +446,7 @@ impl Dialect for Mysql {
         reason: &str,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        let failed = cached::<MysqlBackend>(sql::FAIL_UNREADABLE)
+        let failed = cached::<MysqlBackend>(&self.sql(sql::FAIL_UNREADABLE))
             .bind::<Datetime, _>(now.naive_utc())
             .bind::<Datetime, _>(now.naive_utc())
             .bind::<Text, _>(reason)
@@ -443,14 +469,14 @@ impl Dialect for Mysql {
     ) -> Result<Vec<(TaskId, i64)>> {
         let mut current = Vec::new();
         for document in documents(completions) {
-            let rows: Vec<Applied> = cached::<MysqlBackend>(sql::CURRENT_FENCES)
+            let rows: Vec<Applied> = cached::<MysqlBackend>(&self.sql(sql::CURRENT_FENCES))
                 .bind::<Text, _>(document)
                 .load(&mut *conn)
                 .await
                 .map_err(mysql_error)?;
             current.extend(rows.into_iter().map(Applied::claim));
         }
-        apply(conn, completions).await?;
+        apply(conn, &self.names, completions).await?;
         current.sort_unstable();
         current.dedup();
         Ok(current)
@@ -463,7 +489,7 @@ impl Dialect for Mysql {
         conn: &mut AsyncMysqlConnection,
         completions: &[Completion],
     ) -> Result<u64> {
-        apply(conn, completions).await
+        apply(conn, &self.names, completions).await
     }
 
     async fn open_keys(
@@ -471,14 +497,14 @@ impl Dialect for Mysql {
         conn: &mut AsyncMysqlConnection,
         counts: &KeyCounts<'_>,
     ) -> Result<Vec<KeyCount>> {
-        let text = sql::open_keys(counts.len());
+        let text = self.names().rendered(sql::open_keys(counts.len()));
         let mut query = uncached::<MysqlBackend>(&text);
         for (key, n) in counts {
             query = query.bind::<Text, _>(*key).bind::<BigInt, _>(*n);
         }
         query.execute(&mut *conn).await.map_err(mysql_error)?;
         // This transaction's own versions, written over the latest committed.
-        lock_counts(conn, counts).await
+        lock_counts(conn, &self.names, counts).await
     }
 
     async fn take_keys(
@@ -486,14 +512,14 @@ impl Dialect for Mysql {
         conn: &mut AsyncMysqlConnection,
         counts: &KeyCounts<'_>,
     ) -> Result<Vec<KeyCount>> {
-        let mut left = lock_counts(conn, counts).await?;
+        let mut left = lock_counts(conn, &self.names, counts).await?;
         for row in &mut left {
             let n = counts.get(row.ordering_key.as_str()).copied().unwrap_or(0);
             row.open_tasks = (row.open_tasks - n).max(0);
         }
         let staying: Vec<&KeyCount> = left.iter().filter(|row| row.open_tasks > 0).collect();
         if !staying.is_empty() {
-            let text = sql::set_counts(staying.len());
+            let text = self.names().rendered(sql::set_counts(staying.len()));
             let mut query = uncached::<MysqlBackend>(&text);
             for row in &staying {
                 query = query
@@ -515,7 +541,7 @@ impl Dialect for Mysql {
         emptied: &[&str],
     ) -> Result<()> {
         if !emptied.is_empty() {
-            let text = sql::drop_keys(emptied.len());
+            let text = self.names().rendered(sql::drop_keys(emptied.len()));
             bind_keys(uncached(&text), emptied.iter().copied())
                 .execute(&mut *conn)
                 .await
@@ -524,7 +550,7 @@ impl Dialect for Mysql {
         if next.is_empty() {
             return Ok(());
         }
-        let text = sql::next_blocked(next.len());
+        let text = self.names().rendered(sql::next_blocked(next.len()));
         let ids: Vec<Id> = bind_keys(uncached(&text), next.iter().copied())
             .load(&mut *conn)
             .await
@@ -532,7 +558,9 @@ impl Dialect for Mysql {
         if ids.is_empty() {
             return Ok(());
         }
-        let text = sql::unblock(&id_list(ids.into_iter().map(|row| row.id)));
+        let text = self
+            .names()
+            .rendered(sql::unblock(&id_list(ids.into_iter().map(|row| row.id))));
         uncached::<MysqlBackend>(&text)
             .execute(conn)
             .await
@@ -541,11 +569,11 @@ impl Dialect for Mysql {
     }
 
     async fn promote(&self, conn: &mut AsyncMysqlConnection, limit: u32) -> Result<u64> {
-        let Some(ids) = candidates(conn, sql::DUE, limit).await? else {
+        let Some(ids) = candidates(conn, &self.sql(sql::DUE), limit).await? else {
             return Ok(0);
         };
         self.isolation.apply(conn).await?;
-        let moved = uncached::<MysqlBackend>(&sql::promote(&ids))
+        let moved = uncached::<MysqlBackend>(&self.names().rendered(sql::promote(&ids)))
             .execute(conn)
             .await
             .map_err(mysql_error)?;
@@ -556,7 +584,7 @@ impl Dialect for Mysql {
     /// in one of its own. A row whose runs changed between the read and the
     /// update (a `send` took it over) is left for the next rescue.
     async fn rescue(&self, conn: &mut AsyncMysqlConnection, limit: u32) -> Result<Rescued> {
-        let mut lapsed: Vec<Lapsed> = cached(sql::LAPSED)
+        let mut lapsed: Vec<Lapsed> = cached(&self.sql(sql::LAPSED))
             .bind::<BigInt, _>(i64::from(limit))
             .load(&mut *conn)
             .await
@@ -574,7 +602,7 @@ impl Dialect for Mysql {
                 .map(|row| row.id),
         );
         if !again.is_empty() {
-            let moved = uncached::<MysqlBackend>(&sql::rescue(&again))
+            let moved = uncached::<MysqlBackend>(&self.names().rendered(sql::rescue(&again)))
                 .bind::<Text, _>(transition::LAPSED_ERROR)
                 .execute(&mut *conn)
                 .await
@@ -583,7 +611,7 @@ impl Dialect for Mysql {
         }
         let gave_up = transition::gave_up(transition::RUNS, transition::LAPSED_ERROR);
         for row in lapsed.iter().filter(|row| row.exhausted != 0) {
-            let failed = cached::<MysqlBackend>(sql::RESCUE_EXHAUSTED)
+            let failed = cached::<MysqlBackend>(&self.sql(sql::RESCUE_EXHAUSTED))
                 .bind::<Text, _>(&gave_up)
                 .bind::<Text, _>(transition::RUNS)
                 .bind::<BigInt, _>(row.id)
@@ -599,7 +627,9 @@ impl Dialect for Mysql {
     }
 
     async fn requeue(&self, conn: &mut AsyncMysqlConnection, ids: &[TaskId]) -> Result<u64> {
-        let text = sql::requeue(&id_list(ids.iter().map(|id| id.get())));
+        let text = self
+            .names()
+            .rendered(sql::requeue(&id_list(ids.iter().map(|id| id.get()))));
         let changed = uncached::<MysqlBackend>(&text)
             .execute(conn)
             .await
@@ -613,7 +643,9 @@ impl Dialect for Mysql {
         conn: &mut AsyncMysqlConnection,
         ids: &[TaskId],
     ) -> Result<BTreeSet<String>> {
-        let text = sql::keys_of(&id_list(ids.iter().map(|id| id.get())));
+        let text = self
+            .names()
+            .rendered(sql::keys_of(&id_list(ids.iter().map(|id| id.get()))));
         let keys: Vec<Key> = uncached::<MysqlBackend>(&text)
             .load(conn)
             .await
@@ -629,7 +661,7 @@ impl Dialect for Mysql {
         conn: &mut AsyncMysqlConnection,
         keys: &BTreeSet<String>,
     ) -> Result<()> {
-        let text = sql::lock_keys(keys.len());
+        let text = self.names().rendered(sql::lock_keys(keys.len()));
         bind_keys(uncached(&text), keys.iter().map(String::as_str))
             .execute(conn)
             .await
@@ -642,7 +674,9 @@ impl Dialect for Mysql {
         conn: &mut AsyncMysqlConnection,
         ids: &[TaskId],
     ) -> Result<Vec<(String, Option<String>)>> {
-        let text = sql::discardable(&id_list(ids.iter().map(|id| id.get())));
+        let text = self
+            .names()
+            .rendered(sql::discardable(&id_list(ids.iter().map(|id| id.get()))));
         let targets: Vec<Discardable> = uncached::<MysqlBackend>(&text)
             .load(&mut *conn)
             .await
@@ -650,7 +684,9 @@ impl Dialect for Mysql {
         if targets.is_empty() {
             return Ok(Vec::new());
         }
-        let text = sql::discard(&id_list(targets.iter().map(|target| target.id)));
+        let text = self.names().rendered(sql::discard(&id_list(
+            targets.iter().map(|target| target.id),
+        )));
         uncached::<MysqlBackend>(&text)
             .execute(conn)
             .await
@@ -670,7 +706,7 @@ impl Dialect for Mysql {
         limit: u32,
     ) -> Result<u64> {
         self.isolation.apply(conn).await?;
-        let deleted = diesel::sql_query(sql::PURGE)
+        let deleted = diesel::sql_query(&*self.sql(sql::PURGE))
             .bind::<BigInt, _>(micros(older_than))
             .bind::<BigInt, _>(i64::from(limit))
             .execute(conn)
@@ -685,7 +721,7 @@ impl Dialect for Mysql {
         consumer: &str,
         message_id: &str,
     ) -> Result<u64> {
-        let inserted = cached(sql::RECORD)
+        let inserted = cached(&self.sql(sql::RECORD))
             .bind::<Text, _>(consumer)
             .bind::<Text, _>(message_id)
             .execute(conn)
@@ -700,7 +736,7 @@ impl Dialect for Mysql {
         older_than: Duration,
         limit: u32,
     ) -> Result<u64> {
-        let deleted = cached(sql::PURGE_INBOX)
+        let deleted = cached(&self.sql(sql::PURGE_INBOX))
             .bind::<BigInt, _>(micros(older_than))
             .bind::<BigInt, _>(i64::from(limit))
             .execute(conn)

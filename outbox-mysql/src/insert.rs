@@ -14,7 +14,8 @@ use diesel::{
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl};
 use diesel_outbox_core::{Error, Result, Task, TaskId};
 use diesel_outbox_sql::{
-    CachedQuery, Inserted, PreparedOnce, cached, mysql_error, optional_fields, rows::Id, uncached,
+    CachedQuery, Inserted, Names, PreparedOnce, cached, mysql_error, optional_fields, rows::Id,
+    uncached,
 };
 
 use crate::{statements, timestamp};
@@ -193,6 +194,7 @@ fn bind_every<'q>(
 /// `inserts` chooses to keep it.
 async fn statement(
     conn: &mut AsyncMysqlConnection,
+    names: &Names,
     rows: &[Row],
     heads: &[bool],
     on_duplicate: bool,
@@ -207,7 +209,7 @@ async fn statement(
     // text, so the key below need not name it.
     debug_assert!(rows.len() == 1 || !on_duplicate);
     let shared = Some(shape(first)).filter(|first| pairs().all(|pair| shape(pair) == *first));
-    let mut sql = String::from(statements::INSERT);
+    let mut sql = String::from(&*names.sql(statements::INSERT));
     for i in 0..rows.len() {
         if i > 0 {
             sql.push_str(", ");
@@ -251,6 +253,7 @@ async fn statement(
 /// count to give back.)
 pub(crate) async fn insert(
     conn: &mut AsyncMysqlConnection,
+    names: &Names,
     rows: &[Row],
     heads: &[bool],
     consecutive_ids: bool,
@@ -260,13 +263,13 @@ pub(crate) async fn insert(
         return Ok(Vec::new());
     };
     if let (Some(_), Some(dedup)) = (&first.task.ordering_key, &first.task.dedup_key)
-        && let Some(id) = held(conn, dedup).await?
+        && let Some(id) = held(conn, names, dedup).await?
     {
         return Ok(vec![Inserted::Existing(id)]);
     }
     let end = run_end(rows, consecutive_ids);
     let dedup = first.task.dedup_key.is_some();
-    let inserted = statement(conn, &rows[..end], &heads[..end], dedup, inserts).await?;
+    let inserted = statement(conn, names, &rows[..end], &heads[..end], dedup, inserts).await?;
     (0..end)
         .map(|position| inserted.at(position).map(Inserted::New))
         .collect()
@@ -274,8 +277,12 @@ pub(crate) async fn insert(
 
 /// The id of the task holding `dedup_key`, read with a lock so a holder
 /// committed meanwhile is seen, and one being inserted is waited for.
-async fn held(conn: &mut AsyncMysqlConnection, dedup_key: &str) -> Result<Option<TaskId>> {
-    let held: Option<Id> = cached(statements::HELD)
+async fn held(
+    conn: &mut AsyncMysqlConnection,
+    names: &Names,
+    dedup_key: &str,
+) -> Result<Option<TaskId>> {
+    let held: Option<Id> = cached(&names.sql(statements::HELD))
         .bind::<Text, _>(dedup_key)
         .get_result(conn)
         .await

@@ -78,7 +78,7 @@ pub use tables::{TaskRow, schema};
 pub use diesel_outbox_core as outbox;
 
 pub use dialect::Mysql;
-pub use diesel_outbox_sql::{MigrationSql, transaction, transaction_pooled};
+pub use diesel_outbox_sql::{MigrationSql, Names, transaction, transaction_pooled};
 
 /// The outbox on MySQL 8.0.4+ or MariaDB 10.6+, over a deadpool pool of
 /// diesel-async connections (pure Rust, no libmysqlclient): the shared

@@ -14,7 +14,7 @@ use diesel::{
 use diesel_async::AsyncPgConnection;
 use diesel_async::RunQueryDsl;
 use diesel_outbox_core::{Error, Result, TaskId};
-use diesel_outbox_sql::{postgres_error, rows::Id};
+use diesel_outbox_sql::{Names, postgres_error, rows::Id};
 
 use crate::insert::Row;
 
@@ -129,6 +129,7 @@ impl<'a> Builder<'a> {
 /// for PostgreSQL).
 pub(crate) async fn insert(
     conn: &mut AsyncPgConnection,
+    names: &Names,
     rows: &[Row],
     heads: &[bool],
 ) -> Result<Vec<TaskId>> {
@@ -204,9 +205,10 @@ pub(crate) async fn insert(
         tasks().map(|t| t.expires_at).collect(),
     );
     let sql = format!(
-        "INSERT INTO outbox_tasks (kind, version, payload, headers, ordering_key, max_attempts, \
+        "INSERT INTO {} (kind, version, payload, headers, ordering_key, max_attempts, \
          next_attempt_at, status, expires_at) \
          SELECT {} FROM unnest({}) WITH ORDINALITY AS i({}, ord) ORDER BY ord RETURNING id",
+        names.table("outbox_tasks"),
         b.exprs.join(", "),
         b.arrays.join(", "),
         b.aliases.join(", "),

@@ -29,7 +29,7 @@ use diesel_outbox_core::{
     transition::{self, Availability, Completion, EXPIRED_ERROR},
 };
 use diesel_outbox_sql::{
-    CachedQuery, Dialect, Inserted, KeyCounts, Notify, ReadRow, cached,
+    CachedQuery, Dialect, Inserted, KeyCounts, Names, Notify, ReadRow, cached,
     flows::claim::settle,
     micros, postgres_error, postgres_pool_error,
     rows::{Applied, Count, KeyCount, Micros, Moved, duration_us, rescued, tally_statuses, to_u64},
@@ -43,9 +43,10 @@ use crate::{
 
 /// The PostgreSQL backend. Its one setting: whether enqueues wake relays
 /// at commit ([`with_notify`](diesel_outbox_sql::SqlStore::with_notify)).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Postgres {
     notify: bool,
+    names: Names,
 }
 
 /// Below this many rows by the planner's estimate (`-1` before the table was
@@ -131,6 +132,14 @@ impl Dialect for Postgres {
         Self::default()
     }
 
+    fn names(&self) -> &Names {
+        &self.names
+    }
+
+    fn set_names(&mut self, names: Names) {
+        self.names = names;
+    }
+
     fn error(error: diesel::result::Error) -> Error {
         postgres_error(error)
     }
@@ -166,14 +175,14 @@ impl Dialect for Postgres {
         rows: &[Row],
         heads: &[bool],
     ) -> Result<Vec<Inserted>> {
-        insert::insert(conn, rows, heads).await
+        insert::insert(conn, &self.names, rows, heads).await
     }
 
     /// With `NOTIFY` on, queues the notification PostgreSQL delivers at
     /// commit (and drops on rollback).
     async fn after_enqueue(&self, conn: &mut AsyncPgConnection) -> Result<()> {
         if self.notify {
-            cached(sql::NOTIFY)
+            cached(&self.sql(sql::NOTIFY))
                 .execute(conn)
                 .await
                 .map_err(postgres_error)?;
@@ -184,7 +193,7 @@ impl Dialect for Postgres {
     /// Exact counts but for succeeded rows on a large table, which come
     /// from the planner's estimate of the table.
     async fn stats(&self, conn: &mut AsyncPgConnection) -> Result<Stats> {
-        let counts: Vec<Count> = diesel::sql_query(sql::STATS)
+        let counts: Vec<Count> = diesel::sql_query(&*self.sql(sql::STATS))
             .load(&mut *conn)
             .await
             .map_err(postgres_error)?;
@@ -201,7 +210,7 @@ impl Dialect for Postgres {
         }
         let exact = tally_statuses(&mut stats, rows);
         stats.succeeded = if table < EXACT_BELOW {
-            let succeeded: Count = diesel::sql_query(sql::COUNT_SUCCEEDED)
+            let succeeded: Count = diesel::sql_query(&*self.sql(sql::COUNT_SUCCEEDED))
                 .get_result(conn)
                 .await
                 .map_err(postgres_error)?;
@@ -213,11 +222,11 @@ impl Dialect for Postgres {
     }
 
     async fn outbox_id(&self, conn: &mut AsyncPgConnection) -> Result<OutboxId> {
-        diesel_outbox_sql::read_outbox_id(conn, postgres_error).await
+        diesel_outbox_sql::read_outbox_id(conn, self.names(), postgres_error).await
     }
 
     async fn next_due(&self, conn: &mut AsyncPgConnection) -> Result<Option<Duration>> {
-        let next: Micros = cached(sql::NEXT_DUE)
+        let next: Micros = cached(&self.sql(sql::NEXT_DUE))
             .get_result(conn)
             .await
             .map_err(postgres_error)?;
@@ -236,7 +245,7 @@ impl Dialect for Postgres {
         lease: &LeaseRequest,
     ) -> Result<ClaimOutcome> {
         for _ in 0..3 {
-            let claimed: Option<TaskRow> = cached(sql::CLAIM_ONE)
+            let claimed: Option<TaskRow> = cached(&self.sql(sql::CLAIM_ONE))
                 .bind::<BigInt, _>(id.get())
                 .bind::<Text, _>(&lease.owner)
                 .bind::<BigInt, _>(micros(lease.duration))
@@ -253,7 +262,7 @@ impl Dialect for Postgres {
                     None => Ok(ClaimOutcome::Finished(Status::Failed)),
                 };
             }
-            let inspected: Option<Inspected> = cached(sql::INSPECT)
+            let inspected: Option<Inspected> = cached(&self.sql(sql::INSPECT))
                 .bind::<BigInt, _>(id.get())
                 .get_result(&mut *conn)
                 .await
@@ -266,7 +275,7 @@ impl Dialect for Postgres {
             match transition::availability(&record.state(), inspected.db_now) {
                 Availability::Claimable => continue,
                 Availability::Expired => {
-                    let expired = cached(sql::EXPIRE_ONE)
+                    let expired = cached(&self.sql(sql::EXPIRE_ONE))
                         .bind::<BigInt, _>(id.get())
                         .bind::<Text, _>(EXPIRED_ERROR)
                         .execute(&mut *conn)
@@ -295,7 +304,7 @@ impl Dialect for Postgres {
     ) -> Result<Vec<Record>> {
         let limit =
             i64::try_from(request.limit).map_err(|_| Error::invalid("batch_size", "too large"))?;
-        let rows: Vec<TaskRow> = cached(sql::CLAIM_DUE)
+        let rows: Vec<TaskRow> = cached(&self.sql(sql::CLAIM_DUE))
             .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
             .bind::<BigInt, _>(limit)
             .bind::<Text, _>(&request.lease.owner)
@@ -327,7 +336,7 @@ impl Dialect for Postgres {
             .iter()
             .all(|c| c.status == Status::Succeeded && &c.fence.owner == owner)
         {
-            cached(sql::SUCCEED)
+            cached(&self.sql(sql::SUCCEED))
                 .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.id.get()))
                 .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.attempt))
                 .bind::<Text, _>(owner)
@@ -335,7 +344,7 @@ impl Dialect for Postgres {
                 .await
                 .map_err(postgres_error)?
         } else {
-            cached(sql::COMPLETE)
+            cached(&self.sql(sql::COMPLETE))
                 .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.id.get()))
                 .bind::<Array<Text>, _>(column(completions, |c| c.fence.owner.as_str()))
                 .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.attempt))
@@ -355,7 +364,7 @@ impl Dialect for Postgres {
         conn: &mut AsyncPgConnection,
         counts: &KeyCounts<'_>,
     ) -> Result<Vec<KeyCount>> {
-        key_counts(conn, sql::OPEN_KEYS, counts).await
+        key_counts(conn, &self.sql(sql::OPEN_KEYS), counts).await
     }
 
     async fn take_keys(
@@ -363,7 +372,7 @@ impl Dialect for Postgres {
         conn: &mut AsyncPgConnection,
         counts: &KeyCounts<'_>,
     ) -> Result<Vec<KeyCount>> {
-        key_counts(conn, sql::TAKE_KEYS, counts).await
+        key_counts(conn, &self.sql(sql::TAKE_KEYS), counts).await
     }
 
     async fn move_keys_on(
@@ -372,7 +381,7 @@ impl Dialect for Postgres {
         next: &[&str],
         emptied: &[&str],
     ) -> Result<()> {
-        cached(sql::MOVE_KEYS_ON)
+        cached(&self.sql(sql::MOVE_KEYS_ON))
             .bind::<Array<Text>, _>(next)
             .bind::<Array<Text>, _>(emptied)
             .execute(conn)
@@ -382,7 +391,7 @@ impl Dialect for Postgres {
     }
 
     async fn promote(&self, conn: &mut AsyncPgConnection, limit: u32) -> Result<u64> {
-        let moved = cached(sql::PROMOTE)
+        let moved = cached(&self.sql(sql::PROMOTE))
             .bind::<BigInt, _>(i64::from(limit))
             .execute(conn)
             .await
@@ -391,7 +400,7 @@ impl Dialect for Postgres {
     }
 
     async fn rescue(&self, conn: &mut AsyncPgConnection, limit: u32) -> Result<Rescued> {
-        let moved: Vec<Moved> = cached(sql::RESCUE)
+        let moved: Vec<Moved> = cached(&self.sql(sql::RESCUE))
             .bind::<BigInt, _>(i64::from(limit))
             .bind::<Text, _>(transition::LAPSED_ERROR)
             .bind::<Text, _>(transition::gave_up(
@@ -406,7 +415,7 @@ impl Dialect for Postgres {
     }
 
     async fn requeue(&self, conn: &mut AsyncPgConnection, ids: &[TaskId]) -> Result<u64> {
-        let changed = cached(sql::REQUEUE)
+        let changed = cached(&self.sql(sql::REQUEUE))
             .bind::<Array<BigInt>, _>(self::ids(ids))
             .execute(conn)
             .await
@@ -419,7 +428,7 @@ impl Dialect for Postgres {
         conn: &mut AsyncPgConnection,
         ids: &[TaskId],
     ) -> Result<BTreeSet<String>> {
-        let keys: Vec<Key> = cached(sql::KEYS_OF)
+        let keys: Vec<Key> = cached(&self.sql(sql::KEYS_OF))
             .bind::<Array<BigInt>, _>(self::ids(ids))
             .load(conn)
             .await
@@ -431,7 +440,7 @@ impl Dialect for Postgres {
     }
 
     async fn lock_keys(&self, conn: &mut AsyncPgConnection, keys: &BTreeSet<String>) -> Result<()> {
-        cached(sql::LOCK_KEYS)
+        cached(&self.sql(sql::LOCK_KEYS))
             .bind::<Array<Text>, _>(keys.iter().collect::<Vec<_>>())
             .execute(conn)
             .await
@@ -444,7 +453,7 @@ impl Dialect for Postgres {
         conn: &mut AsyncPgConnection,
         ids: &[TaskId],
     ) -> Result<Vec<(String, Option<String>)>> {
-        let discarded: Vec<Discarded> = cached(sql::DISCARD)
+        let discarded: Vec<Discarded> = cached(&self.sql(sql::DISCARD))
             .bind::<Array<BigInt>, _>(self::ids(ids))
             .load(conn)
             .await
@@ -461,7 +470,7 @@ impl Dialect for Postgres {
         older_than: Duration,
         limit: u32,
     ) -> Result<u64> {
-        let deleted = diesel::sql_query(sql::PURGE)
+        let deleted = diesel::sql_query(&*self.sql(sql::PURGE))
             .bind::<BigInt, _>(micros(older_than))
             .bind::<BigInt, _>(i64::from(limit))
             .execute(conn)
@@ -476,7 +485,7 @@ impl Dialect for Postgres {
         consumer: &str,
         message_id: &str,
     ) -> Result<u64> {
-        let inserted = cached(sql::RECORD)
+        let inserted = cached(&self.sql(sql::RECORD))
             .bind::<Text, _>(consumer)
             .bind::<Text, _>(message_id)
             .execute(conn)
@@ -491,7 +500,7 @@ impl Dialect for Postgres {
         older_than: Duration,
         limit: u32,
     ) -> Result<u64> {
-        let deleted = cached(sql::PURGE_INBOX)
+        let deleted = cached(&self.sql(sql::PURGE_INBOX))
             .bind::<BigInt, _>(micros(older_than))
             .bind::<BigInt, _>(i64::from(limit))
             .execute(conn)
@@ -506,7 +515,7 @@ impl Dialect for Postgres {
         if !self.notify {
             return Ok(None);
         }
-        listen::wakeups(pool).await.map(Some)
+        listen::wakeups(pool, &self.names).await.map(Some)
     }
 }
 
@@ -514,7 +523,7 @@ impl Dialect for Postgres {
 /// `counts` (bound as two arrays), and returns the counts it left.
 async fn key_counts(
     conn: &mut AsyncPgConnection,
-    statement: &'static str,
+    statement: &str,
     counts: &KeyCounts<'_>,
 ) -> Result<Vec<KeyCount>> {
     cached(statement)

@@ -9,7 +9,7 @@ use diesel::{
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use diesel_outbox_core::{Error, Result, Task, TaskId};
-use diesel_outbox_sql::{Inserted, cached, optional_fields, postgres_error, rows::Id};
+use diesel_outbox_sql::{Inserted, Names, cached, optional_fields, postgres_error, rows::Id};
 
 use crate::{batch_insert, statements as sql, timestamp};
 
@@ -35,16 +35,17 @@ pub(crate) fn prepare(task: Task) -> Result<Row> {
 /// other batch by `INSERT_MANY`.
 pub(crate) async fn insert(
     conn: &mut AsyncPgConnection,
+    names: &Names,
     rows: &[Row],
     heads: &[bool],
 ) -> Result<Vec<Inserted>> {
     match (rows, heads) {
-        ([row], [head]) => Ok(vec![one(conn, row, *head).await?]),
+        ([row], [head]) => Ok(vec![one(conn, names, row, *head).await?]),
         _ if rows.iter().all(|row| row.task.dedup_key.is_none()) => {
-            let ids = batch_insert::insert(conn, rows, heads).await?;
+            let ids = batch_insert::insert(conn, names, rows, heads).await?;
             Ok(ids.into_iter().map(Inserted::New).collect())
         }
-        _ => many(conn, rows, heads).await,
+        _ => many(conn, names, rows, heads).await,
     }
 }
 
@@ -55,10 +56,15 @@ fn plain(task: &Task) -> bool {
 }
 
 /// Inserts one task; a `dedup_key` already held answers the holder.
-async fn one(conn: &mut AsyncPgConnection, row: &Row, head: bool) -> Result<Inserted> {
+async fn one(
+    conn: &mut AsyncPgConnection,
+    names: &Names,
+    row: &Row,
+    head: bool,
+) -> Result<Inserted> {
     let task = &row.task;
     if plain(task) {
-        let id: Id = cached(sql::INSERT_PLAIN)
+        let id: Id = cached(&names.sql(sql::INSERT_PLAIN))
             .bind::<Text, _>(&task.kind)
             .bind::<Integer, _>(task.version)
             .bind::<Bytea, _>(&task.payload)
@@ -71,7 +77,7 @@ async fn one(conn: &mut AsyncPgConnection, row: &Row, head: bool) -> Result<Inse
     // A dedup key held by a row that is purged between our conflict and our
     // lookup frees the key again, so a second insert settles it.
     for _ in 0..3 {
-        let inserted: Option<Id> = cached(sql::INSERT_ONE)
+        let inserted: Option<Id> = cached(&names.sql(sql::INSERT_ONE))
             .bind::<Text, _>(&task.kind)
             .bind::<Integer, _>(task.version)
             .bind::<Bytea, _>(&task.payload)
@@ -92,7 +98,7 @@ async fn one(conn: &mut AsyncPgConnection, row: &Row, head: bool) -> Result<Inse
         let Some(key) = task.dedup_key.as_deref() else {
             return Err(Error::database("insert returned no id"));
         };
-        if let Some(&id) = held(conn, &[key]).await?.get(key) {
+        if let Some(&id) = held(conn, names, &[key]).await?.get(key) {
             return Ok(Inserted::Existing(id));
         }
     }
@@ -114,9 +120,14 @@ struct InsertedRow {
 /// A batch with `dedup_key`s in one statement; the rows a held key kept out
 /// are resolved to their holders, and one whose holder vanished meanwhile
 /// (purged) is inserted on its own.
-async fn many(conn: &mut AsyncPgConnection, rows: &[Row], heads: &[bool]) -> Result<Vec<Inserted>> {
+async fn many(
+    conn: &mut AsyncPgConnection,
+    names: &Names,
+    rows: &[Row],
+    heads: &[bool],
+) -> Result<Vec<Inserted>> {
     let tasks = || rows.iter().map(|row| &row.task);
-    let inserted: Vec<InsertedRow> = cached(sql::INSERT_MANY)
+    let inserted: Vec<InsertedRow> = cached(&names.sql(sql::INSERT_MANY))
         .bind::<Array<Text>, _>(tasks().map(|t| t.kind.as_str()).collect::<Vec<_>>())
         .bind::<Array<Integer>, _>(tasks().map(|t| t.version).collect::<Vec<_>>())
         .bind::<Array<Bytea>, _>(tasks().map(|t| t.payload.as_slice()).collect::<Vec<_>>())
@@ -151,7 +162,7 @@ async fn many(conn: &mut AsyncPgConnection, rows: &[Row], heads: &[bool]) -> Res
     let holders = if skipped.is_empty() {
         HashMap::new()
     } else {
-        held(conn, &skipped).await?
+        held(conn, names, &skipped).await?
     };
     let mut outcomes = Vec::with_capacity(rows.len());
     for ((outcome, row), &head) in inserted.iter().zip(rows).zip(heads) {
@@ -163,14 +174,18 @@ async fn many(conn: &mut AsyncPgConnection, rows: &[Row], heads: &[bool]) -> Res
             (true, _) => Inserted::New(TaskId::new(outcome.id)),
             (false, Some(&id)) => Inserted::Existing(id),
             // The holder was purged meanwhile, or the row had no key at all.
-            (false, None) => one(conn, row, head).await?,
+            (false, None) => one(conn, names, row, head).await?,
         });
     }
     Ok(outcomes)
 }
 
 /// The tasks holding `keys`, by key.
-async fn held(conn: &mut AsyncPgConnection, keys: &[&str]) -> Result<HashMap<String, TaskId>> {
+async fn held(
+    conn: &mut AsyncPgConnection,
+    names: &Names,
+    keys: &[&str],
+) -> Result<HashMap<String, TaskId>> {
     #[derive(QueryableByName)]
     struct Holder {
         #[diesel(sql_type = Text)]
@@ -178,7 +193,7 @@ async fn held(conn: &mut AsyncPgConnection, keys: &[&str]) -> Result<HashMap<Str
         #[diesel(sql_type = BigInt)]
         id: i64,
     }
-    let holders: Vec<Holder> = cached(sql::HELD)
+    let holders: Vec<Holder> = cached(&names.sql(sql::HELD))
         .bind::<Array<Text>, _>(keys)
         .load(conn)
         .await

@@ -64,7 +64,7 @@ pub use tables::{TaskRow, schema};
 pub use diesel_outbox_core as outbox;
 
 pub use dialect::Postgres;
-pub use diesel_outbox_sql::{MigrationSql, transaction, transaction_pooled};
+pub use diesel_outbox_sql::{MigrationSql, Names, transaction, transaction_pooled};
 pub use listen::CHANNEL;
 
 /// The outbox on PostgreSQL, over a deadpool pool of diesel-async

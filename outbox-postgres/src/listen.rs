@@ -3,22 +3,24 @@
 
 use diesel_async::{AsyncPgConnection, SimpleAsyncConnection, pooled_connection::deadpool::Pool};
 use diesel_outbox_core::{Result, Wakeups};
-use diesel_outbox_sql::{postgres_error, postgres_pool_error};
+use diesel_outbox_sql::{Names, postgres_error, postgres_pool_error};
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 /// The channel `enqueue` notifies on when the store opted in to `NOTIFY`
-/// ([`with_notify`](diesel_outbox_sql::SqlStore::with_notify)).
+/// ([`with_notify`](diesel_outbox_sql::SqlStore::with_notify)), under the
+/// default names; a store with a table prefix notifies on its tasks table's
+/// name (`billing_outbox_tasks`), so each outbox wakes only its own relays.
 pub const CHANNEL: &str = "outbox_tasks";
 
 /// A stream that yields once per notification burst, on a connection taken
 /// from `pool` for as long as the stream lives; it ends when the
 /// connection fails.
-pub(crate) async fn wakeups(pool: &Pool<AsyncPgConnection>) -> Result<Wakeups> {
+pub(crate) async fn wakeups(pool: &Pool<AsyncPgConnection>, names: &Names) -> Result<Wakeups> {
     let mut conn = diesel_async::pooled_connection::deadpool::Object::take(
         pool.get().await.map_err(postgres_pool_error)?,
     );
-    conn.batch_execute(&format!("LISTEN {CHANNEL}"))
+    conn.batch_execute(&format!("LISTEN {}", names.table(CHANNEL)))
         .await
         .map_err(postgres_error)?;
     let (sender, receiver) = mpsc::channel::<()>(1);

@@ -20,7 +20,7 @@ use std::{
     time::Duration,
 };
 
-use crate::{CachedQuery, SqlBackend, TxError, rows::KeyCount};
+use crate::{CachedQuery, Names, Sql, SqlBackend, TxError, rows::KeyCount};
 use chrono::{DateTime, Utc};
 use deadpool::managed::{Manager, Pool};
 use diesel::{QueryableByName, result::Error as DieselError};
@@ -209,6 +209,19 @@ pub trait Dialect: Clone + Send + Sync + Sized + 'static {
 
     /// The dialect for a store on a pool the application built.
     fn for_pool(pool: &Pool<Self::Manager>) -> Self;
+
+    /// The names of the outbox's tables this dialect's statements use.
+    fn names(&self) -> &Names;
+
+    /// Makes this dialect's statements use `names` from now on; state kept
+    /// for the names it used before (prepared shapes) is dropped.
+    fn set_names(&mut self, names: Names);
+
+    /// The statement `template` (written with the default names) with this
+    /// dialect's [`names`](Dialect::names): see [`Names::sql`].
+    fn sql(&self, template: &'static str) -> Sql {
+        self.names().sql(template)
+    }
 
     /// Classifies an error of the backend's connection.
     fn error(error: DieselError) -> Error;

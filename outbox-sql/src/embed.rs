@@ -116,6 +116,78 @@ macro_rules! embed_outbox_migrations {
             TASKS_SQL
         }
 
+        /// [`run_migrations`] for the outbox called `names` (a table prefix
+        /// of the user's; see `SqlStore::with_names`): its tables, indexes
+        /// and constraints renamed, recorded under versions of its own, so
+        /// that several outboxes in one database, and the application's own
+        /// migrations, are applied and reverted apart. The default names
+        /// apply exactly what [`run_migrations`] does.
+        pub async fn run_migrations_named<C>(
+            conn: C,
+            names: &$crate::Names,
+        ) -> ::diesel_outbox_core::Result<Vec<String>>
+        where
+            C: ::diesel_async::AsyncConnection<Backend = $backend> + 'static,
+        {
+            $crate::run_migrations(conn, $crate::NamedMigrations::new(TASKS_SQL, names), $lock).await
+        }
+
+        /// [`revert_migrations`] for the outbox called `names`: only its own
+        /// versions are reverted.
+        pub async fn revert_migrations_named<C>(
+            conn: C,
+            names: &$crate::Names,
+        ) -> ::diesel_outbox_core::Result<Vec<String>>
+        where
+            C: ::diesel_async::AsyncConnection<Backend = $backend> + 'static,
+        {
+            $crate::revert_migrations(conn, $crate::NamedMigrations::new(TASKS_SQL, names), $lock).await
+        }
+
+        /// [`migration_sql`] for the outbox called `names`: the text
+        /// [`run_migrations_named`] applies, under the versions it records.
+        ///
+        /// ```
+        #[doc = concat!("use ", $krate, "::Names;")]
+        ///
+        /// let names = Names::default().with_table_prefix("billing_").unwrap();
+        #[doc = concat!("let sql = ", $krate, "::migration_sql_named(&names);")]
+        /// assert!(sql[0].up().contains("CREATE TABLE billing_outbox_tasks"));
+        /// assert!(sql[0].version().ends_with("_billing_"));
+        /// ```
+        pub fn migration_sql_named(names: &$crate::Names) -> Vec<$crate::MigrationSql> {
+            $crate::NamedMigrations::new(TASKS_SQL, names).sql().to_vec()
+        }
+
+        /// [`run_inbox_migrations`] for the inbox of the outbox called
+        /// `names` (see [`run_migrations_named`]).
+        pub async fn run_inbox_migrations_named<C>(
+            conn: C,
+            names: &$crate::Names,
+        ) -> ::diesel_outbox_core::Result<Vec<String>>
+        where
+            C: ::diesel_async::AsyncConnection<Backend = $backend> + 'static,
+        {
+            $crate::run_migrations(conn, $crate::NamedMigrations::new(INBOX_SQL, names), $lock).await
+        }
+
+        /// [`revert_inbox_migrations`] for the inbox of the outbox called
+        /// `names`.
+        pub async fn revert_inbox_migrations_named<C>(
+            conn: C,
+            names: &$crate::Names,
+        ) -> ::diesel_outbox_core::Result<Vec<String>>
+        where
+            C: ::diesel_async::AsyncConnection<Backend = $backend> + 'static,
+        {
+            $crate::revert_migrations(conn, $crate::NamedMigrations::new(INBOX_SQL, names), $lock).await
+        }
+
+        /// [`inbox_migration_sql`] for the inbox of the outbox called `names`.
+        pub fn inbox_migration_sql_named(names: &$crate::Names) -> Vec<$crate::MigrationSql> {
+            $crate::NamedMigrations::new(INBOX_SQL, names).sql().to_vec()
+        }
+
         /// Applies every pending inbox migration and returns the versions
         /// applied; idempotent, and safe from many instances at once under
         /// the same lock as [`run_migrations`]. A service that both

@@ -34,12 +34,16 @@ pub fn outbox_id(row: Option<MetaValue>) -> Result<OutboxId> {
 /// Reads the outbox's id on `conn` ([`OUTBOX_ID_SQL`]), classifying a
 /// failure with `classify`: what each backend's dialect answers for
 /// [`Dialect::outbox_id`](crate::Dialect::outbox_id).
-pub async fn read_outbox_id<C>(conn: &mut C, classify: fn(DieselError) -> Error) -> Result<OutboxId>
+pub async fn read_outbox_id<C>(
+    conn: &mut C,
+    names: &crate::Names,
+    classify: fn(DieselError) -> Error,
+) -> Result<OutboxId>
 where
     C: AsyncConnection,
     for<'a> diesel::query_builder::SqlQuery: LoadQuery<'a, C, MetaValue>,
 {
-    let row = diesel::sql_query(OUTBOX_ID_SQL)
+    let row = diesel::sql_query(&*names.sql(OUTBOX_ID_SQL))
         .get_result::<MetaValue>(conn)
         .await
         .optional()

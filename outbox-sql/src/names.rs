@@ -153,6 +153,15 @@ impl Names {
         Sql(SqlText::Rendered(text))
     }
 
+    /// [`render`](Self::render) for text the caller owns: `text` itself
+    /// for the default names.
+    pub fn rendered(&self, text: String) -> String {
+        match &self.named {
+            None => text,
+            Some(named) => rename(&text, &named.prefix),
+        }
+    }
+
     /// `text` (built at run time, written with the default names) with
     /// every name of the outbox renamed; not kept.
     pub fn render<'t>(&self, text: &'t str) -> Cow<'t, str> {

@@ -31,7 +31,7 @@ use diesel_outbox_core::{
     transition::{self, Completion, EXPIRED_ERROR},
 };
 use diesel_outbox_sql::{
-    CachedQuery, Dialect, Inserted, KeyCounts, ReadRow, cached,
+    CachedQuery, Dialect, Inserted, KeyCounts, Names, ReadRow, cached,
     flows::claim::settle,
     rows::{Applied, Count, KeyCount, Micros, Moved, rescued, tally_statuses},
     sqlite_error, sqlite_pool_error, uncached,
@@ -59,6 +59,7 @@ use crate::{
 pub struct Sqlite {
     writes: Arc<Mutex<()>>,
     inserts: Arc<Inserts>,
+    names: Names,
 }
 
 type Query<'q> = CachedQuery<'q, SqliteBackend>;
@@ -134,6 +135,16 @@ impl Dialect for Sqlite {
         Self::default()
     }
 
+    fn names(&self) -> &Names {
+        &self.names
+    }
+
+    /// The insert shapes kept so far were chosen for the old names' text.
+    fn set_names(&mut self, names: Names) {
+        self.names = names;
+        self.inserts = Arc::default();
+    }
+
     fn error(error: diesel::result::Error) -> Error {
         sqlite_error(error)
     }
@@ -172,15 +183,15 @@ impl Dialect for Sqlite {
         rows: &[Row],
         heads: &[bool],
     ) -> Result<Vec<Inserted>> {
-        insert::insert(conn, rows, heads, &self.inserts).await
+        insert::insert(conn, &self.names, rows, heads, &self.inserts).await
     }
 
     async fn stats(&self, conn: &mut AsyncSqliteConnection) -> Result<Stats> {
-        let counts: Vec<Count> = cached::<SqliteBackend>(sql::COUNTS)
+        let counts: Vec<Count> = cached::<SqliteBackend>(&self.sql(sql::COUNTS))
             .load(&mut *conn)
             .await
             .map_err(sqlite_error)?;
-        let oldest: Option<Micros> = cached::<SqliteBackend>(sql::OLDEST_DUE)
+        let oldest: Option<Micros> = cached::<SqliteBackend>(&self.sql(sql::OLDEST_DUE))
             .get_result(&mut *conn)
             .await
             .optional()
@@ -196,11 +207,11 @@ impl Dialect for Sqlite {
     }
 
     async fn outbox_id(&self, conn: &mut AsyncSqliteConnection) -> Result<OutboxId> {
-        diesel_outbox_sql::read_outbox_id(conn, sqlite_error).await
+        diesel_outbox_sql::read_outbox_id(conn, self.names(), sqlite_error).await
     }
 
     async fn next_due(&self, conn: &mut AsyncSqliteConnection) -> Result<Option<Duration>> {
-        let next: Micros = cached::<SqliteBackend>(sql::NEXT_DUE)
+        let next: Micros = cached::<SqliteBackend>(&self.sql(sql::NEXT_DUE))
             .get_result(conn)
             .await
             .map_err(sqlite_error)?;
@@ -220,7 +231,7 @@ impl Dialect for Sqlite {
         conn: &mut AsyncSqliteConnection,
         id: TaskId,
     ) -> Result<Option<(ReadRow, DateTime<Utc>)>> {
-        let row: Option<TaskRow> = cached::<SqliteBackend>(sql::LOCK_TASK)
+        let row: Option<TaskRow> = cached::<SqliteBackend>(&self.sql(sql::LOCK_TASK))
             .bind::<BigInt, _>(id.get())
             .get_result(conn)
             .await
@@ -237,7 +248,7 @@ impl Dialect for Sqlite {
         now: DateTime<Utc>,
     ) -> Result<()> {
         let until = to_column("lease_duration", transition::after(now, lease.duration))?;
-        let text = sql::set_leases(ids.len());
+        let text = self.names().rendered(sql::set_leases(ids.len()));
         let query = cached::<SqliteBackend>(&text)
             .bind::<Text, _>(&lease.owner)
             .bind::<BigInt, _>(until)
@@ -255,7 +266,7 @@ impl Dialect for Sqlite {
         ids: &[TaskId],
         now: DateTime<Utc>,
     ) -> Result<()> {
-        let text = sql::expire(ids.len());
+        let text = self.names().rendered(sql::expire(ids.len()));
         let query = cached::<SqliteBackend>(&text)
             .bind::<BigInt, _>(to_micros(now))
             .bind::<Text, _>(EXPIRED_ERROR);
@@ -273,7 +284,7 @@ impl Dialect for Sqlite {
         reason: &str,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        let failed = cached::<SqliteBackend>(sql::FAIL_UNREADABLE)
+        let failed = cached::<SqliteBackend>(&self.sql(sql::FAIL_UNREADABLE))
             .bind::<BigInt, _>(to_micros(now))
             .bind::<Text, _>(reason)
             .bind::<BigInt, _>(id.get())
@@ -299,7 +310,7 @@ impl Dialect for Sqlite {
             "lease_duration",
             transition::after(now, request.lease.duration),
         )?;
-        let rows: Vec<TaskRow> = cached::<SqliteBackend>(sql::CLAIM_DUE)
+        let rows: Vec<TaskRow> = cached::<SqliteBackend>(&self.sql(sql::CLAIM_DUE))
             .bind::<BigInt, _>(to_micros(now))
             .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
             .bind::<BigInt, _>(to_micros(request.due_by.unwrap_or(now)))
@@ -326,7 +337,7 @@ impl Dialect for Sqlite {
         let now = timestamp::now();
         let mut applied = Vec::new();
         for chunk in completions.chunks(2_000) {
-            applied.extend(complete(conn, chunk, now).await?);
+            applied.extend(complete(conn, &self.names, chunk, now).await?);
         }
         Ok(applied.into_iter().map(Applied::claim).collect())
     }
@@ -337,7 +348,7 @@ impl Dialect for Sqlite {
         conn: &mut AsyncSqliteConnection,
         counts: &KeyCounts<'_>,
     ) -> Result<Vec<KeyCount>> {
-        let text = sql::open_keys(counts.len());
+        let text = self.names().rendered(sql::open_keys(counts.len()));
         // One key (the common case) is one shape, prepared once per connection.
         let mut query = if counts.len() == 1 {
             cached::<SqliteBackend>(&text)
@@ -356,7 +367,7 @@ impl Dialect for Sqlite {
         conn: &mut AsyncSqliteConnection,
         counts: &KeyCounts<'_>,
     ) -> Result<Vec<KeyCount>> {
-        let text = sql::take_keys(counts.len());
+        let text = self.names().rendered(sql::take_keys(counts.len()));
         let mut query = uncached::<SqliteBackend>(&text);
         for (key, n) in counts {
             query = query.bind::<Text, _>(*key).bind::<BigInt, _>(*n);
@@ -375,7 +386,7 @@ impl Dialect for Sqlite {
         emptied: &[&str],
     ) -> Result<()> {
         if !emptied.is_empty() {
-            let text = sql::drop_keys(emptied.len());
+            let text = self.names().rendered(sql::drop_keys(emptied.len()));
             let query = uncached::<SqliteBackend>(&text);
             bind_keys(query, emptied.iter().copied())
                 .execute(&mut *conn)
@@ -384,7 +395,7 @@ impl Dialect for Sqlite {
         }
         if !next.is_empty() {
             let now = to_micros(timestamp::now());
-            let text = sql::unblock(next.len());
+            let text = self.names().rendered(sql::unblock(next.len()));
             let query = uncached::<SqliteBackend>(&text)
                 .bind::<BigInt, _>(now)
                 .bind::<BigInt, _>(now);
@@ -397,7 +408,7 @@ impl Dialect for Sqlite {
     }
 
     async fn promote(&self, conn: &mut AsyncSqliteConnection, limit: u32) -> Result<u64> {
-        let moved = cached::<SqliteBackend>(sql::PROMOTE)
+        let moved = cached::<SqliteBackend>(&self.sql(sql::PROMOTE))
             .bind::<BigInt, _>(to_micros(timestamp::now()))
             .bind::<BigInt, _>(i64::from(limit))
             .execute(conn)
@@ -407,7 +418,7 @@ impl Dialect for Sqlite {
     }
 
     async fn rescue(&self, conn: &mut AsyncSqliteConnection, limit: u32) -> Result<Rescued> {
-        let moved: Vec<Moved> = cached::<SqliteBackend>(sql::RESCUE)
+        let moved: Vec<Moved> = cached::<SqliteBackend>(&self.sql(sql::RESCUE))
             .bind::<BigInt, _>(to_micros(timestamp::now()))
             .bind::<BigInt, _>(i64::from(limit))
             .bind::<Text, _>(transition::LAPSED_ERROR)
@@ -423,7 +434,7 @@ impl Dialect for Sqlite {
     }
 
     async fn requeue(&self, conn: &mut AsyncSqliteConnection, ids: &[TaskId]) -> Result<u64> {
-        let text = sql::requeue(ids.len());
+        let text = self.names().rendered(sql::requeue(ids.len()));
         let query = uncached::<SqliteBackend>(&text).bind::<BigInt, _>(to_micros(timestamp::now()));
         let changed = bind_ids(query, ids)
             .execute(conn)
@@ -452,7 +463,7 @@ impl Dialect for Sqlite {
         conn: &mut AsyncSqliteConnection,
         ids: &[TaskId],
     ) -> Result<Vec<(String, Option<String>)>> {
-        let text = sql::discardable(ids.len());
+        let text = self.names().rendered(sql::discardable(ids.len()));
         let query = uncached::<SqliteBackend>(&text);
         let targets: Vec<Discardable> = bind_ids(query, ids)
             .load(&mut *conn)
@@ -462,7 +473,7 @@ impl Dialect for Sqlite {
             return Ok(Vec::new());
         }
         let chosen: Vec<TaskId> = targets.iter().map(|t| TaskId::new(t.id)).collect();
-        let text = sql::discard(chosen.len());
+        let text = self.names().rendered(sql::discard(chosen.len()));
         let query = uncached::<SqliteBackend>(&text).bind::<BigInt, _>(to_micros(timestamp::now()));
         bind_ids(query, &chosen)
             .execute(conn)
@@ -483,7 +494,7 @@ impl Dialect for Sqlite {
         older_than: Duration,
         limit: u32,
     ) -> Result<u64> {
-        let deleted = cached::<SqliteBackend>(sql::PURGE)
+        let deleted = cached::<SqliteBackend>(&self.sql(sql::PURGE))
             .bind::<BigInt, _>(to_micros(cutoff(older_than)))
             .bind::<BigInt, _>(i64::from(limit))
             .execute(conn)
@@ -498,7 +509,7 @@ impl Dialect for Sqlite {
         consumer: &str,
         message_id: &str,
     ) -> Result<u64> {
-        let inserted = cached::<SqliteBackend>(sql::RECORD)
+        let inserted = cached::<SqliteBackend>(&self.sql(sql::RECORD))
             .bind::<Text, _>(consumer)
             .bind::<Text, _>(message_id)
             .bind::<BigInt, _>(to_micros(timestamp::now()))
@@ -514,7 +525,7 @@ impl Dialect for Sqlite {
         older_than: Duration,
         limit: u32,
     ) -> Result<u64> {
-        let deleted = cached::<SqliteBackend>(sql::PURGE_INBOX)
+        let deleted = cached::<SqliteBackend>(&self.sql(sql::PURGE_INBOX))
             .bind::<BigInt, _>(to_micros(cutoff(older_than)))
             .bind::<BigInt, _>(i64::from(limit))
             .execute(conn)
@@ -528,6 +539,7 @@ impl Dialect for Sqlite {
 /// claims whose result applied.
 async fn complete(
     conn: &mut AsyncSqliteConnection,
+    names: &Names,
     completions: &[Completion],
     now: DateTime<Utc>,
 ) -> Result<Vec<Applied>> {
@@ -539,7 +551,7 @@ async fn complete(
         .iter()
         .all(|c| c.status == Status::Succeeded && &c.fence.owner == owner)
     {
-        let text = sql::succeed(completions.len());
+        let text = names.rendered(sql::succeed(completions.len()));
         let mut query = uncached::<SqliteBackend>(&text).bind::<BigInt, _>(to_micros(now));
         for c in completions {
             query = query
@@ -552,7 +564,7 @@ async fn complete(
             .await
             .map_err(sqlite_error);
     }
-    let text = sql::complete(completions.len());
+    let text = names.rendered(sql::complete(completions.len()));
     let mut query = uncached::<SqliteBackend>(&text);
     for c in completions {
         // A retry past the column's range is refused here, naming the

@@ -13,7 +13,9 @@ use diesel::{
 };
 use diesel_async::RunQueryDsl;
 use diesel_outbox_core::{Error, Result, Status, Task, TaskId, transition};
-use diesel_outbox_sql::{Inserted, PreparedOnce, cached, optional_fields, sqlite_error, uncached};
+use diesel_outbox_sql::{
+    Inserted, Names, PreparedOnce, cached, optional_fields, sqlite_error, uncached,
+};
 
 use crate::{
     AsyncSqliteConnection, statements,
@@ -105,6 +107,7 @@ pub(crate) type Inserts = PreparedOnce<(usize, Shape)>;
 /// or the longest run of tasks without one.
 pub(crate) async fn insert(
     conn: &mut AsyncSqliteConnection,
+    names: &Names,
     rows: &[Row],
     heads: &[bool],
     inserts: &Inserts,
@@ -119,7 +122,16 @@ pub(crate) async fn insert(
             .take(MAX_ROWS_PER_INSERT)
             .take_while(|row| row.task.dedup_key.is_none())
             .count();
-        let ids = statement(conn, &rows[..end], &heads[..end], now, false, inserts).await?;
+        let ids = statement(
+            conn,
+            names,
+            &rows[..end],
+            &heads[..end],
+            now,
+            false,
+            inserts,
+        )
+        .await?;
         if ids.len() != end {
             return Err(Error::database(format!(
                 "inserted {} rows for {end} tasks",
@@ -128,10 +140,10 @@ pub(crate) async fn insert(
         }
         return Ok(ids.into_iter().map(Inserted::New).collect());
     };
-    let inserted = statement(conn, &rows[..1], &heads[..1], now, true, inserts).await?;
+    let inserted = statement(conn, names, &rows[..1], &heads[..1], now, true, inserts).await?;
     Ok(vec![match <[TaskId]>::first(&inserted) {
         Some(&id) => Inserted::New(id),
-        None => Inserted::Existing(held(conn, dedup).await?),
+        None => Inserted::Existing(held(conn, names, dedup).await?),
     }])
 }
 
@@ -140,13 +152,14 @@ pub(crate) async fn insert(
 /// held inserts nothing (and comes back as no id).
 async fn statement(
     conn: &mut AsyncSqliteConnection,
+    names: &Names,
     rows: &[Row],
     heads: &[bool],
     now: DateTime<Utc>,
     on_duplicate: bool,
     inserts: &Inserts,
 ) -> Result<Vec<TaskId>> {
-    let mut sql = String::from(statements::INSERT);
+    let mut sql = String::from(&*names.sql(statements::INSERT));
     let mut next = 2;
     let shapes: Vec<Shape> = rows
         .iter()
@@ -209,8 +222,8 @@ async fn statement(
 }
 
 /// The id of the task holding `dedup_key`.
-async fn held(conn: &mut AsyncSqliteConnection, dedup_key: &str) -> Result<TaskId> {
-    let held: Option<Id> = cached::<Sqlite>(statements::HELD)
+async fn held(conn: &mut AsyncSqliteConnection, names: &Names, dedup_key: &str) -> Result<TaskId> {
+    let held: Option<Id> = cached::<Sqlite>(&names.sql(statements::HELD))
         .bind::<Text, _>(dedup_key)
         .get_result(conn)
         .await

@@ -113,7 +113,7 @@ pub use diesel_outbox_core as outbox;
 
 pub use connection::{AsyncSqliteConnection, BUSY_TIMEOUT, establish, manager_config};
 pub use dialect::Sqlite;
-pub use diesel_outbox_sql::{MigrationSql, transaction, transaction_pooled};
+pub use diesel_outbox_sql::{MigrationSql, Names, transaction, transaction_pooled};
 
 /// The outbox on a SQLite database file, over a deadpool pool of
 /// diesel-async connections (SQLite built in, no system library): the

@@ -86,8 +86,12 @@ fn bind<'f, D: Dialect>(
 
 /// Row `id`; one that cannot be read as a task comes back as what a
 /// listing shows of it.
-pub async fn get<D: Dialect>(conn: &mut D::Conn, id: TaskId) -> Result<Option<ReadRow>> {
-    let rows: Vec<D::TaskRow> = D::Backend::int(cached(GET), id.get())
+pub async fn get<D: Dialect>(
+    dialect: &D,
+    conn: &mut D::Conn,
+    id: TaskId,
+) -> Result<Option<ReadRow>> {
+    let rows: Vec<D::TaskRow> = D::Backend::int(cached(&dialect.sql(GET)), id.get())
         .load(conn)
         .await
         .map_err(D::error)?;
@@ -97,6 +101,7 @@ pub async fn get<D: Dialect>(conn: &mut D::Conn, id: TaskId) -> Result<Option<Re
 /// One page of the tasks `filter` matches; a row that cannot be read shows
 /// as such, never hiding the others.
 pub async fn page<D: Dialect>(
+    dialect: &D,
     conn: &mut D::Conn,
     filter: &TaskFilter,
     request: &PageRequest,
@@ -108,6 +113,7 @@ pub async fn page<D: Dialect>(
         request.ordering(),
         request.limit(),
     );
+    let sql = dialect.names().render(&sql);
     let rows: Vec<D::TaskRow> = bind::<D>(uncached(&sql), &values)?
         .load(conn)
         .await
@@ -120,12 +126,14 @@ pub async fn page<D: Dialect>(
 
 /// Up to `limit` ids `filter` matches above `after`, lowest first.
 pub async fn ids<D: Dialect>(
+    dialect: &D,
     conn: &mut D::Conn,
     filter: &TaskFilter,
     after: Option<TaskId>,
     limit: u32,
 ) -> Result<Vec<TaskId>> {
     let (sql, values) = select("id", filter, after, Order::OldestFirst, limit);
+    let sql = dialect.names().render(&sql);
     let query = bind::<D>(uncached(&sql), &values)?;
     let ids = D::Backend::ids(query, conn).await.map_err(D::error)?;
     Ok(ids.into_iter().map(TaskId::new).collect())

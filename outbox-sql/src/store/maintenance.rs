@@ -24,7 +24,7 @@ impl<D: Dialect> Maintenance for SqlStore<D> {
     }
 
     async fn inspect(&self, id: TaskId) -> Result<Listed> {
-        self.run(async |conn| flows::listing::get::<D>(conn, id).await)
+        self.run(async |conn| flows::listing::get(self.dialect(), conn, id).await)
             .await?
             .map(Listed::from)
             .ok_or(Error::NotFound(id))
@@ -59,7 +59,7 @@ impl<D: Dialect> Maintenance for SqlStore<D> {
     }
 
     async fn list(&self, filter: &TaskFilter, page: &PageRequest) -> Result<Page> {
-        self.run(async |conn| flows::listing::page::<D>(conn, filter, page).await)
+        self.run(async |conn| flows::listing::page(self.dialect(), conn, filter, page).await)
             .await
     }
 
@@ -69,7 +69,7 @@ impl<D: Dialect> Maintenance for SqlStore<D> {
         after: Option<TaskId>,
         limit: u32,
     ) -> Result<Vec<TaskId>> {
-        self.run(async |conn| flows::listing::ids::<D>(conn, filter, after, limit).await)
+        self.run(async |conn| flows::listing::ids(self.dialect(), conn, filter, after, limit).await)
             .await
     }
 

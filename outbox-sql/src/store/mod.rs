@@ -12,7 +12,7 @@ use std::sync::Arc;
 use deadpool::managed::Pool;
 use diesel_outbox_core::{OutboxId, Result, TxBody};
 
-use crate::Dialect;
+use crate::{Dialect, Names};
 
 /// The outbox over a deadpool pool of diesel-async connections, on the
 /// backend `D` (`diesel_outbox_postgres::PgStore` is `SqlStore<Postgres>`,
@@ -74,6 +74,34 @@ impl<D: Dialect> SqlStore<D> {
             dialect,
             outbox: Arc::default(),
         }
+    }
+
+    /// This store with every table of its outbox named with `prefix`
+    /// before its default name (`billing_` gives `billing_outbox_tasks`,
+    /// `billing_outbox_inbox`...), so that several outboxes live side by
+    /// side in one database, each seeing only its own tasks, keys and
+    /// inbox. Apply the outbox's migrations with the same names first (the
+    /// backend's `run_migrations_named`). The prefix is checked here: an
+    /// error naming `table_prefix` for one the database would reject or
+    /// need quoted (see [`Names::with_table_prefix`]).
+    ///
+    /// Set it once, before the store is cloned or used: clones made before
+    /// keep their names.
+    pub fn with_table_prefix(self, prefix: &str) -> Result<Self> {
+        Ok(self.with_names(Names::default().with_table_prefix(prefix)?))
+    }
+
+    /// This store on the outbox called `names` (see
+    /// [`with_table_prefix`](Self::with_table_prefix)).
+    pub fn with_names(mut self, names: Names) -> Self {
+        self.dialect.set_names(names);
+        self.outbox = Arc::default();
+        self
+    }
+
+    /// The names of the outbox's tables this store uses.
+    pub fn names(&self) -> &Names {
+        self.dialect.names()
     }
 
     /// The pool the store claims and completes on.

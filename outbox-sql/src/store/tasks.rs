@@ -69,7 +69,7 @@ impl<D: Dialect> Store for SqlStore<D> {
     }
 
     async fn get(&self, id: TaskId) -> Result<Record> {
-        self.run(async |conn| flows::listing::get::<D>(conn, id).await)
+        self.run(async |conn| flows::listing::get(self.dialect(), conn, id).await)
             .await?
             .ok_or(Error::NotFound(id))?
             .map_err(Error::from)
