@@ -6,7 +6,16 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 use diesel_outbox_core::{Status, TaskFilter, TaskId};
 
+use diesel_outbox_sql::Names;
+
 use crate::duration::{parse_duration, parse_since};
+
+/// The names `--table-prefix` gives, or why the prefix cannot be one.
+fn parse_table_prefix(prefix: &str) -> Result<Names, String> {
+    Names::default()
+        .with_table_prefix(prefix)
+        .map_err(|error| error.to_string())
+}
 
 /// Inspect and repair a transactional outbox: see the backlog, find what
 /// failed and why, requeue or discard it, purge old rows, or serve a small
@@ -26,6 +35,11 @@ pub(crate) struct Cli {
     /// for `watch`). Errors still go to stderr as text.
     #[arg(long, global = true)]
     pub(crate) json: bool,
+    /// The outbox's table prefix, for a database that holds several
+    /// outboxes (`billing_` works on `billing_outbox_tasks` and its
+    /// siblings); the default names without it.
+    #[arg(long, env = "OUTBOX_TABLE_PREFIX", global = true, value_parser = parse_table_prefix, default_value = "")]
+    pub(crate) table_prefix: Names,
     /// What to do.
     #[command(subcommand)]
     pub(crate) command: Command,

@@ -1,6 +1,6 @@
 //! The database a URL names: which backend, its store, its migrations.
 
-use diesel_outbox_sql::{BackendKind, MigrationSql};
+use diesel_outbox_sql::{BackendKind, MigrationSql, Names};
 
 use crate::{
     args::Command,
@@ -50,20 +50,30 @@ impl Backend {
 
     /// The SQL of the backend's migrations (the inbox's with `inbox`),
     /// oldest first.
-    pub(crate) fn migration_sql(self, inbox: bool) -> Result<&'static [MigrationSql], Failure> {
+    pub(crate) fn migration_sql(
+        self,
+        inbox: bool,
+        names: &Names,
+    ) -> Result<Vec<MigrationSql>, Failure> {
         match self.0 {
             #[cfg(feature = "postgres")]
-            BackendKind::Postgres if inbox => Ok(diesel_outbox_postgres::inbox_migration_sql()),
+            BackendKind::Postgres if inbox => {
+                Ok(diesel_outbox_postgres::inbox_migration_sql_named(names))
+            }
             #[cfg(feature = "postgres")]
-            BackendKind::Postgres => Ok(diesel_outbox_postgres::migration_sql()),
+            BackendKind::Postgres => Ok(diesel_outbox_postgres::migration_sql_named(names)),
             #[cfg(feature = "mysql")]
-            BackendKind::Mysql if inbox => Ok(diesel_outbox_mysql::inbox_migration_sql()),
+            BackendKind::Mysql if inbox => {
+                Ok(diesel_outbox_mysql::inbox_migration_sql_named(names))
+            }
             #[cfg(feature = "mysql")]
-            BackendKind::Mysql => Ok(diesel_outbox_mysql::migration_sql()),
+            BackendKind::Mysql => Ok(diesel_outbox_mysql::migration_sql_named(names)),
             #[cfg(feature = "sqlite")]
-            BackendKind::Sqlite if inbox => Ok(diesel_outbox_sqlite::inbox_migration_sql()),
+            BackendKind::Sqlite if inbox => {
+                Ok(diesel_outbox_sqlite::inbox_migration_sql_named(names))
+            }
             #[cfg(feature = "sqlite")]
-            BackendKind::Sqlite => Ok(diesel_outbox_sqlite::migration_sql()),
+            BackendKind::Sqlite => Ok(diesel_outbox_sqlite::migration_sql_named(names)),
             #[allow(unreachable_patterns)]
             _ => Err(self.missing()),
         }
@@ -74,6 +84,7 @@ impl Backend {
     pub(crate) async fn migrate(
         self,
         url: &str,
+        names: &Names,
         revert: bool,
         inbox: bool,
     ) -> Result<Vec<String>, Failure> {
@@ -85,10 +96,18 @@ impl Backend {
                     .await
                     .map_err(|error| connecting(self, &error))?;
                 Ok(match (revert, inbox) {
-                    (false, false) => diesel_outbox_postgres::run_migrations(conn).await?,
-                    (true, false) => diesel_outbox_postgres::revert_migrations(conn).await?,
-                    (false, true) => diesel_outbox_postgres::run_inbox_migrations(conn).await?,
-                    (true, true) => diesel_outbox_postgres::revert_inbox_migrations(conn).await?,
+                    (false, false) => {
+                        diesel_outbox_postgres::run_migrations_named(conn, names).await?
+                    }
+                    (true, false) => {
+                        diesel_outbox_postgres::revert_migrations_named(conn, names).await?
+                    }
+                    (false, true) => {
+                        diesel_outbox_postgres::run_inbox_migrations_named(conn, names).await?
+                    }
+                    (true, true) => {
+                        diesel_outbox_postgres::revert_inbox_migrations_named(conn, names).await?
+                    }
                 })
             }
             #[cfg(feature = "mysql")]
@@ -98,51 +117,79 @@ impl Backend {
                     .await
                     .map_err(|error| connecting(self, &error))?;
                 Ok(match (revert, inbox) {
-                    (false, false) => diesel_outbox_mysql::run_migrations(conn).await?,
-                    (true, false) => diesel_outbox_mysql::revert_migrations(conn).await?,
-                    (false, true) => diesel_outbox_mysql::run_inbox_migrations(conn).await?,
-                    (true, true) => diesel_outbox_mysql::revert_inbox_migrations(conn).await?,
+                    (false, false) => {
+                        diesel_outbox_mysql::run_migrations_named(conn, names).await?
+                    }
+                    (true, false) => {
+                        diesel_outbox_mysql::revert_migrations_named(conn, names).await?
+                    }
+                    (false, true) => {
+                        diesel_outbox_mysql::run_inbox_migrations_named(conn, names).await?
+                    }
+                    (true, true) => {
+                        diesel_outbox_mysql::revert_inbox_migrations_named(conn, names).await?
+                    }
                 })
             }
             #[cfg(feature = "sqlite")]
             BackendKind::Sqlite => {
                 let conn = diesel_outbox_sqlite::establish(url).await?;
                 Ok(match (revert, inbox) {
-                    (false, false) => diesel_outbox_sqlite::run_migrations(conn).await?,
-                    (true, false) => diesel_outbox_sqlite::revert_migrations(conn).await?,
-                    (false, true) => diesel_outbox_sqlite::run_inbox_migrations(conn).await?,
-                    (true, true) => diesel_outbox_sqlite::revert_inbox_migrations(conn).await?,
+                    (false, false) => {
+                        diesel_outbox_sqlite::run_migrations_named(conn, names).await?
+                    }
+                    (true, false) => {
+                        diesel_outbox_sqlite::revert_migrations_named(conn, names).await?
+                    }
+                    (false, true) => {
+                        diesel_outbox_sqlite::run_inbox_migrations_named(conn, names).await?
+                    }
+                    (true, true) => {
+                        diesel_outbox_sqlite::revert_inbox_migrations_named(conn, names).await?
+                    }
                 })
             }
             #[allow(unreachable_patterns)]
             _ => {
-                let _ = (url, revert, inbox);
+                let _ = (url, names, revert, inbox);
                 Err(self.missing())
             }
         }
     }
 
     /// Opens the backend's store on `url` and runs `command` on it.
-    pub(crate) async fn run(self, url: &str, command: Command, out: Output) -> Result<(), Failure> {
+    pub(crate) async fn run(
+        self,
+        url: &str,
+        names: Names,
+        command: Command,
+        out: Output,
+    ) -> Result<(), Failure> {
         match self.0 {
             #[cfg(feature = "postgres")]
             BackendKind::Postgres => {
-                let store = diesel_outbox_postgres::PgStore::connect(url, POOL_SIZE)?;
-                commands::run(store, command, out).await
+                let store =
+                    diesel_outbox_postgres::PgStore::connect(url, POOL_SIZE)?.with_names(names);
+                let outbox = store.names().table("outbox_tasks");
+                commands::run(store, &outbox, command, out).await
             }
             #[cfg(feature = "mysql")]
             BackendKind::Mysql => {
-                let store = diesel_outbox_mysql::MysqlStore::connect(url, POOL_SIZE)?;
-                commands::run(store, command, out).await
+                let store =
+                    diesel_outbox_mysql::MysqlStore::connect(url, POOL_SIZE)?.with_names(names);
+                let outbox = store.names().table("outbox_tasks");
+                commands::run(store, &outbox, command, out).await
             }
             #[cfg(feature = "sqlite")]
             BackendKind::Sqlite => {
-                let store = diesel_outbox_sqlite::SqliteStore::connect(url, POOL_SIZE)?;
-                commands::run(store, command, out).await
+                let store =
+                    diesel_outbox_sqlite::SqliteStore::connect(url, POOL_SIZE)?.with_names(names);
+                let outbox = store.names().table("outbox_tasks");
+                commands::run(store, &outbox, command, out).await
             }
             #[allow(unreachable_patterns)]
             _ => {
-                let _ = (url, command, out);
+                let _ = (url, names, command, out);
                 Err(self.missing())
             }
         }

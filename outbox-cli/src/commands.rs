@@ -38,9 +38,11 @@ impl Output {
     }
 }
 
-/// Runs `command` (any but `migrate`) on `store`.
+/// Runs `command` (any but `migrate`) on `store`, whose tasks table is
+/// `outbox` (the dashboard names it).
 pub(crate) async fn run<S: OperatorStore>(
     store: S,
+    outbox: &str,
     command: Command,
     out: Output,
 ) -> Result<(), Failure> {
@@ -52,7 +54,7 @@ pub(crate) async fn run<S: OperatorStore>(
         Command::Discard(args) => change(&store, &args, Change::Discard, out).await,
         Command::Purge(args) => purge(&store, &args, out).await,
         Command::Watch(args) => watch(&store, &args, out).await,
-        Command::Serve(args) => serve::run(store, args.bind, &args.allow_hosts).await,
+        Command::Serve(args) => serve::run(store, outbox, args.bind, &args.allow_hosts).await,
         Command::Migrate(_) => Err(Failure::Usage("migrate runs without a store".to_owned())),
     }
 }

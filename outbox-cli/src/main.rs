@@ -53,7 +53,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         && args.print
         && let Some(backend) = args.backend
     {
-        return migrate::run(backend, "", args, out).await;
+        return migrate::run(backend, "", &cli.table_prefix, args, out).await;
     }
     let Some(url) = cli.database_url.as_deref() else {
         return Err(Failure::Usage(
@@ -62,7 +62,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     };
     let backend = Backend::of_url(url)?;
     match cli.command {
-        Command::Migrate(args) => migrate::run(backend, url, &args, out).await,
-        command => backend.run(url, command, out).await,
+        Command::Migrate(args) => migrate::run(backend, url, &cli.table_prefix, &args, out).await,
+        command => backend.run(url, cli.table_prefix, command, out).await,
     }
 }

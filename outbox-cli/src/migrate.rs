@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use diesel_outbox_sql::MigrationSql;
+use diesel_outbox_sql::{MigrationSql, Names};
 use serde_json::json;
 
 use crate::{
@@ -17,11 +17,16 @@ use crate::{
 pub(crate) async fn run(
     backend: Backend,
     url: &str,
+    names: &Names,
     args: &MigrateArgs,
     out: Output,
 ) -> Result<(), Failure> {
     if args.print {
-        let sql = sql_text(backend.migration_sql(args.inbox)?, args.revert, args.inbox);
+        let sql = sql_text(
+            &backend.migration_sql(args.inbox, names)?,
+            args.revert,
+            args.inbox,
+        );
         return if out.json {
             print(&format!(
                 "{}\n",
@@ -38,7 +43,7 @@ pub(crate) async fn run(
             "revert the outbox migrations, dropping every task?"
         })?;
     }
-    let versions = backend.migrate(url, args.revert, args.inbox).await?;
+    let versions = backend.migrate(url, names, args.revert, args.inbox).await?;
     let verb = if args.revert { "reverted" } else { "applied" };
     if out.json {
         return print(&format!(

@@ -38,6 +38,56 @@ async fn migrate<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--table-prefix`: the command works on the outbox it names, beside the
+/// default one in the same database, and refuses a prefix it cannot use.
+async fn prefixed<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let url = db.url();
+    let names = diesel_outbox_sql::Names::default().with_table_prefix("billing_")?;
+    let billing = db.another_outbox(&names).await?;
+    let mut conn = db.connect().await?;
+    diesel_async::AsyncConnection::transaction::<_, anyhow::Error, _>(&mut conn, async |tx| {
+        billing.enqueue(tx, Task::new(KIND, 1, "{}")).await?;
+        Ok(())
+    })
+    .await?;
+
+    let prefixed = |args: &[&str]| {
+        let mut all = vec!["--table-prefix", "billing_"];
+        all.extend_from_slice(args);
+        outbox(url, &all)
+    };
+    assert!(
+        prefixed(&["migrate"])
+            .expect(0)
+            .stdout
+            .contains("up to date")
+    );
+    assert_eq!(
+        prefixed(&["stats", "--json"]).expect(0).json()["available"],
+        1
+    );
+    assert_eq!(
+        outbox(url, &["stats", "--json"]).expect(0).json()["available"],
+        0
+    );
+    let listed = prefixed(&["list", "--json"]).expect(0).json();
+    assert_eq!(
+        listed["tasks"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
+    let printed = prefixed(&["migrate", "--print"]).expect(0);
+    assert!(
+        printed.stdout.contains("CREATE TABLE billing_outbox_tasks"),
+        "{printed:?}"
+    );
+
+    let refused = outbox(url, &["--table-prefix", "Billing", "stats"]).expect(2);
+    assert!(refused.stderr.contains("table_prefix"), "{refused:?}");
+    assert!(refused.stderr.contains("lower-case"), "{refused:?}");
+    Ok(())
+}
+
 /// The read commands on a small outbox: two failed tasks, two available
 /// ones (one with an ordering key), one of another kind.
 async fn reads<B: TestBackend>(db: &B) -> anyhow::Result<()> {
@@ -429,4 +479,5 @@ each_backend! {
     requeue_discard_and_purge_change_it => changes,
     bad_urls_and_values_exit_with_their_codes => bad_databases,
     unreadable_rows_are_listed_shown_and_discarded => unreadable_on_server,
+    a_table_prefix_picks_one_of_two_outboxes => prefixed,
 }

@@ -40,8 +40,14 @@ fn line_with(stdout: ChildStdout, marker: &str) -> String {
 
 /// `outbox serve` on a free loopback port; returns it and its base URL.
 fn serve(database_url: &str) -> (Process, String) {
+    serve_with(database_url, &[])
+}
+
+/// [`serve`] with more options.
+fn serve_with(database_url: &str, options: &[&str]) -> (Process, String) {
     let mut child = Command::new(OUTBOX)
         .args(["serve", "--bind", "127.0.0.1:0"])
+        .args(options)
         .env("DATABASE_URL", database_url)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -175,6 +181,23 @@ async fn a_tasks_page_shows_it_whole() {
     }
     let (status, _) = http(&base, "GET", "/tasks/987654321", &[], "");
     assert_eq!(status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_says_which_outbox_it_shows() {
+    let db = PgTestDb::create("cli_dashboard_outbox").await.unwrap();
+    let names = diesel_outbox_sql::Names::default()
+        .with_table_prefix("billing_")
+        .unwrap();
+    db.another_outbox(&names).await.unwrap();
+    let (_default, base) = serve(db.url());
+    let (status, page) = http(&base, "GET", "/", &[], "");
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("<code>outbox_tasks</code>"), "{page}");
+    let (_billing, base) = serve_with(db.url(), &["--table-prefix", "billing_"]);
+    let (status, page) = http(&base, "GET", "/", &[], "");
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("<code>billing_outbox_tasks</code>"), "{page}");
 }
 
 /// Where screenshots go: the workspace's target directory.

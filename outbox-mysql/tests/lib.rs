@@ -4,6 +4,12 @@
 mod conformance {
     diesel_outbox_testkit::conformance_tests!(diesel_outbox_testkit::mysql::MysqlTestDb);
 }
+/// The same suite on an outbox whose tables have a prefix of the user's.
+mod conformance_tenant {
+    diesel_outbox_testkit::conformance_tests!(
+        diesel_outbox_testkit::mysql::MysqlTestDbNamed<diesel_outbox_testkit::TenantNames>
+    );
+}
 mod auto_increment;
 mod migration_lock;
 mod prepared_inserts;

@@ -4,6 +4,12 @@
 mod conformance {
     diesel_outbox_testkit::conformance_tests!(diesel_outbox_testkit::postgres::PgTestDb);
 }
+/// The same suite on an outbox whose tables have a prefix of the user's.
+mod conformance_tenant {
+    diesel_outbox_testkit::conformance_tests!(
+        diesel_outbox_testkit::postgres::PgTestDbNamed<diesel_outbox_testkit::TenantNames>
+    );
+}
 mod migration_lock;
 mod notify;
 mod own_schema;

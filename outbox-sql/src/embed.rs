@@ -153,7 +153,7 @@ macro_rules! embed_outbox_migrations {
         /// let names = Names::default().with_table_prefix("billing_").unwrap();
         #[doc = concat!("let sql = ", $krate, "::migration_sql_named(&names);")]
         /// assert!(sql[0].up().contains("CREATE TABLE billing_outbox_tasks"));
-        /// assert!(sql[0].version().ends_with("_billing_"));
+        /// assert!(sql[0].version().ends_with("billing."));
         /// ```
         pub fn migration_sql_named(names: &$crate::Names) -> Vec<$crate::MigrationSql> {
             $crate::NamedMigrations::new(TASKS_SQL, names).sql().to_vec()

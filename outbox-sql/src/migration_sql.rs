@@ -26,17 +26,15 @@ use crate::Names;
 /// assert_eq!(sql.name(), "2026-11-29-000000_create_things");
 ///
 /// let billing = sql.named(&Names::default().with_table_prefix("billing_").unwrap());
-/// assert_eq!(billing.version(), "20261129000000_billing_");
+/// assert_eq!(billing.name(), "2026-11-29-000000-billing._create_things");
+/// assert_eq!(billing.version(), "20261129000000billing.");
 /// assert_eq!(billing.up(), "CREATE TABLE billing_outbox_tasks (id INT);");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MigrationSql {
-    name: &'static str,
+    name: Cow<'static, str>,
     up: Cow<'static, str>,
     down: Cow<'static, str>,
-    /// The table prefix, which ends the version of a named outbox's
-    /// migration ("" for the default names).
-    prefix: Cow<'static, str>,
 }
 
 impl MigrationSql {
@@ -44,43 +42,46 @@ impl MigrationSql {
     /// it (`up`) and the SQL that reverts it (`down`).
     pub const fn new(name: &'static str, up: &'static str, down: &'static str) -> Self {
         Self {
-            name,
+            name: Cow::Borrowed(name),
             up: Cow::Borrowed(up),
             down: Cow::Borrowed(down),
-            prefix: Cow::Borrowed(""),
         }
     }
 
     /// This migration as the outbox called `names` runs it: its SQL with
-    /// every table, index and constraint renamed, recorded under a version
-    /// of its own (the version, `_` and the table prefix), so that each
-    /// outbox in a database is migrated and reverted on its own. The default
-    /// names give the migration unchanged.
+    /// every table, index and constraint renamed, under a name and version
+    /// of its own, so that each outbox in a database is migrated and
+    /// reverted on its own. The name is the timestamp, `-`, the table
+    /// prefix with each `_` written `.`, then the rest of the name
+    /// (`2026-11-29-000000-billing._create_outbox_tasks`): a folder of that
+    /// name in an application's own migrations records the same version as
+    /// the store's run. The default names give the migration unchanged.
     pub fn named(&self, names: &Names) -> Self {
+        if names.is_default() {
+            return self.clone();
+        }
+        let (stamp, rest) = self.name.split_once('_').unwrap_or((&self.name, ""));
+        let prefix = names.table_prefix().replace('_', ".");
         Self {
-            name: self.name,
+            name: Cow::Owned(format!("{stamp}-{prefix}_{rest}")),
             up: Cow::Owned(names.render(&self.up).into_owned()),
             down: Cow::Owned(names.render(&self.down).into_owned()),
-            prefix: Cow::Owned(names.table_prefix().to_owned()),
         }
     }
 
     /// The migration's folder name, such as `2026-11-29-000000_create_outbox_tasks`.
-    pub fn name(&self) -> &'static str {
-        self.name
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
-    /// The version diesel records for it in `__diesel_schema_migrations`:
-    /// the digits of the name's timestamp, such as `20261129000000`, and
-    /// for an outbox with a table prefix, `_` and the prefix
-    /// (`20261129000000_billing_`).
+    /// The version diesel records for it in `__diesel_schema_migrations`,
+    /// read from the name as diesel reads a folder's: what comes before the
+    /// first `_`, without its `-` (`20261129000000`, or
+    /// `20261129000000billing.` for the prefix `billing_`). A prefix starts
+    /// with a letter, so no two prefixes give one version.
     pub fn version(&self) -> String {
-        let stamp = self.name.split('_').next().unwrap_or(self.name);
-        let digits = stamp.replace('-', "");
-        match self.prefix.as_ref() {
-            "" => digits,
-            prefix => format!("{digits}_{prefix}"),
-        }
+        let stamp = self.name.split('_').next().unwrap_or(&self.name);
+        stamp.replace('-', "")
     }
 
     /// The SQL that applies the migration (`up.sql`).
@@ -124,10 +125,7 @@ struct Named {
 
 impl std::fmt::Display for Named {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.sql.prefix.as_ref() {
-            "" => f.write_str(self.sql.name),
-            prefix => write!(f, "{} ({prefix})", self.sql.name),
-        }
+        f.write_str(self.sql.name())
     }
 }
 

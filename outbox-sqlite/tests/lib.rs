@@ -13,6 +13,13 @@ mod conformance {
         without_row_locks
     );
 }
+/// The same suite on an outbox whose tables have a prefix of the user's.
+mod conformance_tenant {
+    diesel_outbox_testkit::conformance_tests!(
+        diesel_outbox_testkit::sqlite::SqliteTestDbNamed<diesel_outbox_testkit::TenantNames>,
+        without_row_locks
+    );
+}
 mod migration_lock;
 mod prepared_inserts;
 mod processes;

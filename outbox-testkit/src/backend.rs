@@ -64,7 +64,9 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
     /// A new connection of its own to this database.
     fn connect(&self) -> impl Future<Output = anyhow::Result<Self::Conn>> + Send;
 
-    /// Runs SQL statements (for example a test's own business table).
+    /// Runs SQL statements (for example a test's own business table),
+    /// written with the outbox's default names, on this database's outbox
+    /// ([`names`](TestBackend::names)).
     fn execute_sql(&self, sql: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
 
     /// How many rows `table` holds.
@@ -99,9 +101,23 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
     /// and its siblings).
     fn backlog_sql(shape: crate::backlog::Backlog, rows: u64) -> String;
 
-    /// The SQL of the backend's outbox migrations, oldest first (for
-    /// example `diesel_outbox_postgres::migration_sql()`).
-    fn migration_sql() -> &'static [diesel_outbox_sql::MigrationSql];
+    /// The SQL of the backend's outbox migrations, oldest first, as this
+    /// database's outbox applies them (for the default names,
+    /// `diesel_outbox_postgres::migration_sql()` and its siblings).
+    fn migration_sql() -> Vec<diesel_outbox_sql::MigrationSql>;
+
+    /// The names of this database's outbox. The SQL a test hands
+    /// [`execute_sql`](TestBackend::execute_sql) and
+    /// [`count`](TestBackend::count), written with the default names, runs
+    /// with these.
+    fn names() -> diesel_outbox_sql::Names;
+
+    /// Migrates a second outbox, called `names`, into this database (its
+    /// tasks and its inbox) and opens a store on it.
+    fn another_outbox(
+        &self,
+        names: &diesel_outbox_sql::Names,
+    ) -> impl Future<Output = anyhow::Result<Self::Store>> + Send;
 
     /// A literal for the instant `at` in the outbox's time columns, for
     /// statements a test writes by hand: a UTC date and time by default

@@ -1,12 +1,12 @@
 //! [`IsolatedDb`]: a database of its own for one test, on any [`Server`].
 
-use std::{fmt, future::Future};
+use std::{fmt, future::Future, marker::PhantomData};
 
 use anyhow::Context as _;
 use diesel_async::{AsyncConnection, SimpleAsyncConnection};
 use diesel_outbox_core::{Inbox, Maintenance, TaskId};
 
-use crate::{TestBackend, url};
+use crate::{DefaultNames, TestBackend, TestNames, url};
 
 /// Connections in the pool of the store each test database opens.
 const POOL_SIZE: usize = 8;
@@ -51,8 +51,13 @@ pub trait Server: Send + Sync + 'static {
     }
     /// `DROP DATABASE` for `name`, closing other sessions if the server can.
     fn drop_database(name: &str) -> String;
-    /// A store with its own pool of `pool_size` connections on `url`.
-    fn open_store(url: &str, pool_size: usize) -> anyhow::Result<Self::Store>;
+    /// A store with its own pool of `pool_size` connections on `url`, on
+    /// the outbox called `names`.
+    fn open_store(
+        url: &str,
+        pool_size: usize,
+        names: &diesel_outbox_sql::Names,
+    ) -> anyhow::Result<Self::Store>;
     /// Closes the store's pool.
     fn close_store(store: &Self::Store);
     /// The manager of the store's pool.
@@ -81,13 +86,23 @@ pub trait Server: Send + Sync + 'static {
     fn task_ids(
         conn: &mut Self::Conn,
         kind: Option<&str>,
+        names: &diesel_outbox_sql::Names,
     ) -> impl Future<Output = anyhow::Result<Vec<TaskId>>> + Send;
-    /// Applies the outbox migrations.
-    fn migrate(conn: Self::Conn) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
-    /// Applies the inbox migrations.
-    fn migrate_inbox(conn: Self::Conn) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
-    /// Reverts the outbox migrations.
-    fn revert(conn: Self::Conn) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
+    /// Applies the migrations of the outbox called `names`.
+    fn migrate(
+        conn: Self::Conn,
+        names: &diesel_outbox_sql::Names,
+    ) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
+    /// Applies the inbox migrations of the outbox called `names`.
+    fn migrate_inbox(
+        conn: Self::Conn,
+        names: &diesel_outbox_sql::Names,
+    ) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
+    /// Reverts the migrations of the outbox called `names`.
+    fn revert(
+        conn: Self::Conn,
+        names: &diesel_outbox_sql::Names,
+    ) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
     /// See [`TestBackend::migration_sql`].
     fn migration_sql() -> &'static [diesel_outbox_sql::MigrationSql];
     /// See [`TestBackend::backlog_sql`].
@@ -125,7 +140,8 @@ pub trait Server: Send + Sync + 'static {
     fn kill_session(id: i64) -> String;
 }
 
-/// A database of its own for one test, migrated, with a store on it.
+/// A database of its own for one test, migrated, with a store on it, for
+/// the outbox called `N` ([`DefaultNames`] unless a test chooses others).
 ///
 /// Dropped when the value drops; kept (and named on stderr) when the thread
 /// is panicking, so a failed test's rows can be inspected. A test that
@@ -141,7 +157,9 @@ pub trait Server: Send + Sync + 'static {
 /// # Ok(())
 /// # }
 /// ```
-pub struct IsolatedDb<S: Server> {
+pub struct IsolatedDb<S: Server, N: TestNames = DefaultNames> {
+    names: diesel_outbox_sql::Names,
+    marker: PhantomData<fn() -> N>,
     name: String,
     admin_url: String,
     url: String,
@@ -150,17 +168,18 @@ pub struct IsolatedDb<S: Server> {
     owned: bool,
 }
 
-impl<S: Server> fmt::Debug for IsolatedDb<S> {
+impl<S: Server, N: TestNames> fmt::Debug for IsolatedDb<S, N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IsolatedDb")
             .field("server", &S::NAME)
             .field("name", &self.name)
             .field("url", &self.url)
+            .field("names", &self.names)
             .finish()
     }
 }
 
-impl<S: Server> IsolatedDb<S> {
+impl<S: Server, N: TestNames> IsolatedDb<S, N> {
     /// The database's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -194,7 +213,7 @@ async fn establish<S: Server>(url: &str) -> anyhow::Result<S::Conn> {
     Err(anyhow::Error::new(error).context(advice))
 }
 
-impl<S: Server> TestBackend for IsolatedDb<S> {
+impl<S: Server, N: TestNames> TestBackend for IsolatedDb<S, N> {
     type Store = S::Store;
     type Dialect = S::Dialect;
     type Conn = S::Conn;
@@ -216,11 +235,14 @@ impl<S: Server> TestBackend for IsolatedDb<S> {
         }
         drop(admin);
         let url = url::with_database(&admin_url, &name);
-        S::migrate(establish::<S>(&url).await?)
+        let names = N::names();
+        S::migrate(establish::<S>(&url).await?, &names)
             .await
             .context("migrating the test database")?;
-        let store = S::open_store(&url, POOL_SIZE)?;
+        let store = S::open_store(&url, POOL_SIZE, &names)?;
         Ok(Self {
+            names,
+            marker: PhantomData,
             name,
             admin_url,
             url,
@@ -236,11 +258,14 @@ impl<S: Server> TestBackend for IsolatedDb<S> {
             .and_then(|tail| tail.split('?').next())
             .unwrap_or_default()
             .to_owned();
+        let names = N::names();
         Ok(Self {
+            store: S::open_store(url, POOL_SIZE, &names)?,
+            names,
+            marker: PhantomData,
             name,
             admin_url: url.to_owned(),
             url: url.to_owned(),
-            store: S::open_store(url, POOL_SIZE)?,
             owned: false,
         })
     }
@@ -254,7 +279,17 @@ impl<S: Server> TestBackend for IsolatedDb<S> {
     }
 
     fn store_with_pool(&self, pool_size: usize) -> anyhow::Result<S::Store> {
-        S::open_store(&self.url, pool_size)
+        S::open_store(&self.url, pool_size, &self.names)
+    }
+
+    fn names() -> diesel_outbox_sql::Names {
+        N::names()
+    }
+
+    async fn another_outbox(&self, names: &diesel_outbox_sql::Names) -> anyhow::Result<S::Store> {
+        S::migrate(self.connect().await?, names).await?;
+        S::migrate_inbox(self.connect().await?, names).await?;
+        S::open_store(&self.url, POOL_SIZE, names)
     }
 
     fn pool(&self) -> &deadpool::managed::Pool<S::Manager> {
@@ -279,31 +314,36 @@ impl<S: Server> TestBackend for IsolatedDb<S> {
     }
 
     async fn execute_sql(&self, sql: &str) -> anyhow::Result<()> {
-        S::execute(&self.store, sql).await
+        S::execute(&self.store, &self.names.render(sql)).await
     }
 
     async fn count(&self, from: &str) -> anyhow::Result<i64> {
-        S::count_on(&mut *S::pool(&self.store).get().await?, from).await
+        let from = self.names.render(from);
+        S::count_on(&mut *S::pool(&self.store).get().await?, &from).await
     }
 
     async fn task_ids(conn: &mut S::Conn, kind: Option<&str>) -> anyhow::Result<Vec<TaskId>> {
-        S::task_ids(conn, kind).await
+        S::task_ids(conn, kind, &N::names()).await
     }
 
     async fn migrate(&self) -> anyhow::Result<Vec<String>> {
-        S::migrate(self.connect().await?).await
+        S::migrate(self.connect().await?, &self.names).await
     }
 
     async fn migrate_inbox(&self) -> anyhow::Result<Vec<String>> {
-        S::migrate_inbox(self.connect().await?).await
+        S::migrate_inbox(self.connect().await?, &self.names).await
     }
 
     async fn revert(&self) -> anyhow::Result<Vec<String>> {
-        S::revert(self.connect().await?).await
+        S::revert(self.connect().await?, &self.names).await
     }
 
-    fn migration_sql() -> &'static [diesel_outbox_sql::MigrationSql] {
+    fn migration_sql() -> Vec<diesel_outbox_sql::MigrationSql> {
+        let names = N::names();
         S::migration_sql()
+            .iter()
+            .map(|sql| sql.named(&names))
+            .collect()
     }
 
     fn backlog_sql(shape: crate::backlog::Backlog, rows: u64) -> String {
@@ -315,7 +355,7 @@ impl<S: Server> TestBackend for IsolatedDb<S> {
     }
 }
 
-impl<S: Server> Drop for IsolatedDb<S> {
+impl<S: Server, N: TestNames> Drop for IsolatedDb<S, N> {
     fn drop(&mut self) {
         S::close_store(&self.store);
         if !self.owned {

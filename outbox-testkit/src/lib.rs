@@ -60,12 +60,14 @@ pub mod rabbitmq;
 pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+mod test_names;
 #[cfg(feature = "opentelemetry")]
 pub mod traces;
 pub mod url;
 pub mod wait;
 
 pub use backend::TestBackend;
+pub use test_names::{DefaultNames, TENANT_PREFIX, TenantNames, TestNames};
 
 /// An `id` row.
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]

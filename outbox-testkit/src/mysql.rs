@@ -2,12 +2,17 @@
 
 use diesel_async::{AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
 use diesel_outbox_core::TaskId;
-use diesel_outbox_mysql::{MysqlStore, revert_migrations, run_inbox_migrations, run_migrations};
+use diesel_outbox_mysql::{
+    MysqlStore, Names, revert_migrations_named, run_inbox_migrations_named, run_migrations_named,
+};
 
 use crate::isolated::{IsolatedDb, Server};
 
 /// A MySQL/MariaDB database of its own for one test, with a [`MysqlStore`] on it.
 pub type MysqlTestDb = IsolatedDb<Mysql>;
+
+/// [`MysqlTestDb`] for the outbox called `N` (a table prefix: [`TenantNames`](crate::TenantNames)).
+pub type MysqlTestDbNamed<N> = IsolatedDb<Mysql, N>;
 
 /// The MySQL or MariaDB server tests use (`OUTBOX_MYSQL_URL`).
 #[derive(Debug)]
@@ -33,8 +38,8 @@ impl Server for Mysql {
         format!("DROP DATABASE IF EXISTS `{name}`")
     }
 
-    fn open_store(url: &str, pool_size: usize) -> anyhow::Result<MysqlStore> {
-        Ok(MysqlStore::connect(url, pool_size)?)
+    fn open_store(url: &str, pool_size: usize, names: &Names) -> anyhow::Result<MysqlStore> {
+        Ok(MysqlStore::connect(url, pool_size)?.with_names(names.clone()))
     }
 
     fn close_store(store: &MysqlStore) {
@@ -72,16 +77,19 @@ impl Server for Mysql {
     async fn task_ids(
         conn: &mut AsyncMysqlConnection,
         kind: Option<&str>,
+        names: &Names,
     ) -> anyhow::Result<Vec<TaskId>> {
         let rows: Vec<crate::IdRow> = match kind {
             Some(kind) => {
-                diesel::sql_query("SELECT id FROM outbox_tasks WHERE kind = ? ORDER BY id")
-                    .bind::<diesel::sql_types::Text, _>(kind)
-                    .load(conn)
-                    .await?
+                diesel::sql_query(
+                    names.render("SELECT id FROM outbox_tasks WHERE kind = ? ORDER BY id"),
+                )
+                .bind::<diesel::sql_types::Text, _>(kind)
+                .load(conn)
+                .await?
             }
             None => {
-                diesel::sql_query("SELECT id FROM outbox_tasks ORDER BY id")
+                diesel::sql_query(names.render("SELECT id FROM outbox_tasks ORDER BY id"))
                     .load(conn)
                     .await?
             }
@@ -89,16 +97,19 @@ impl Server for Mysql {
         Ok(rows.into_iter().map(|row| TaskId::new(row.id)).collect())
     }
 
-    async fn migrate(conn: AsyncMysqlConnection) -> anyhow::Result<Vec<String>> {
-        Ok(run_migrations(conn).await?)
+    async fn migrate(conn: AsyncMysqlConnection, names: &Names) -> anyhow::Result<Vec<String>> {
+        Ok(run_migrations_named(conn, names).await?)
     }
 
-    async fn migrate_inbox(conn: AsyncMysqlConnection) -> anyhow::Result<Vec<String>> {
-        Ok(run_inbox_migrations(conn).await?)
+    async fn migrate_inbox(
+        conn: AsyncMysqlConnection,
+        names: &Names,
+    ) -> anyhow::Result<Vec<String>> {
+        Ok(run_inbox_migrations_named(conn, names).await?)
     }
 
-    async fn revert(conn: AsyncMysqlConnection) -> anyhow::Result<Vec<String>> {
-        Ok(revert_migrations(conn).await?)
+    async fn revert(conn: AsyncMysqlConnection, names: &Names) -> anyhow::Result<Vec<String>> {
+        Ok(revert_migrations_named(conn, names).await?)
     }
 
     fn backlog_sql(shape: crate::backlog::Backlog, rows: u64) -> String {

@@ -2,12 +2,17 @@
 
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use diesel_outbox_core::TaskId;
-use diesel_outbox_postgres::{PgStore, revert_migrations, run_inbox_migrations, run_migrations};
+use diesel_outbox_postgres::{
+    Names, PgStore, revert_migrations_named, run_inbox_migrations_named, run_migrations_named,
+};
 
 use crate::isolated::{IsolatedDb, Server};
 
 /// A PostgreSQL database of its own for one test, with a [`PgStore`] on it.
 pub type PgTestDb = IsolatedDb<Postgres>;
+
+/// [`PgTestDb`] for the outbox called `N` (a table prefix: [`TenantNames`](crate::TenantNames)).
+pub type PgTestDbNamed<N> = IsolatedDb<Postgres, N>;
 
 /// The PostgreSQL server tests use (`OUTBOX_PG_URL`).
 #[derive(Debug)]
@@ -44,8 +49,8 @@ impl Server for Postgres {
         format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")
     }
 
-    fn open_store(url: &str, pool_size: usize) -> anyhow::Result<PgStore> {
-        Ok(PgStore::connect(url, pool_size)?)
+    fn open_store(url: &str, pool_size: usize, names: &Names) -> anyhow::Result<PgStore> {
+        Ok(PgStore::connect(url, pool_size)?.with_names(names.clone()))
     }
 
     fn close_store(store: &PgStore) {
@@ -83,16 +88,19 @@ impl Server for Postgres {
     async fn task_ids(
         conn: &mut AsyncPgConnection,
         kind: Option<&str>,
+        names: &Names,
     ) -> anyhow::Result<Vec<TaskId>> {
         let rows: Vec<crate::IdRow> = match kind {
             Some(kind) => {
-                diesel::sql_query("SELECT id FROM outbox_tasks WHERE kind = $1 ORDER BY id")
-                    .bind::<diesel::sql_types::Text, _>(kind)
-                    .load(conn)
-                    .await?
+                diesel::sql_query(
+                    names.render("SELECT id FROM outbox_tasks WHERE kind = $1 ORDER BY id"),
+                )
+                .bind::<diesel::sql_types::Text, _>(kind)
+                .load(conn)
+                .await?
             }
             None => {
-                diesel::sql_query("SELECT id FROM outbox_tasks ORDER BY id")
+                diesel::sql_query(names.render("SELECT id FROM outbox_tasks ORDER BY id"))
                     .load(conn)
                     .await?
             }
@@ -100,16 +108,16 @@ impl Server for Postgres {
         Ok(rows.into_iter().map(|row| TaskId::new(row.id)).collect())
     }
 
-    async fn migrate(conn: AsyncPgConnection) -> anyhow::Result<Vec<String>> {
-        Ok(run_migrations(conn).await?)
+    async fn migrate(conn: AsyncPgConnection, names: &Names) -> anyhow::Result<Vec<String>> {
+        Ok(run_migrations_named(conn, names).await?)
     }
 
-    async fn migrate_inbox(conn: AsyncPgConnection) -> anyhow::Result<Vec<String>> {
-        Ok(run_inbox_migrations(conn).await?)
+    async fn migrate_inbox(conn: AsyncPgConnection, names: &Names) -> anyhow::Result<Vec<String>> {
+        Ok(run_inbox_migrations_named(conn, names).await?)
     }
 
-    async fn revert(conn: AsyncPgConnection) -> anyhow::Result<Vec<String>> {
-        Ok(revert_migrations(conn).await?)
+    async fn revert(conn: AsyncPgConnection, names: &Names) -> anyhow::Result<Vec<String>> {
+        Ok(revert_migrations_named(conn, names).await?)
     }
 
     fn backlog_sql(shape: crate::backlog::Backlog, rows: u64) -> String {

@@ -12,11 +12,11 @@ use chrono::{DateTime, Utc};
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use diesel_outbox_core::TaskId;
 use diesel_outbox_sqlite::{
-    AsyncSqliteConnection, SqliteStore, establish, revert_migrations, run_inbox_migrations,
-    run_migrations,
+    AsyncSqliteConnection, Names, SqliteStore, establish, revert_migrations_named,
+    run_inbox_migrations_named, run_migrations_named,
 };
 
-use crate::{TestBackend, url};
+use crate::{DefaultNames, TestBackend, TestNames, url};
 
 /// Connections in the pool of the store each test database opens.
 const POOL_SIZE: usize = 8;
@@ -26,7 +26,11 @@ const POOL_SIZE: usize = 8;
 pub const DIR_VAR: &str = "OUTBOX_SQLITE_DIR";
 
 /// A SQLite database file of its own for one test, with a [`SqliteStore`]
-/// on it.
+/// on it: [`SqliteTestDbNamed`] for the default names.
+pub type SqliteTestDb = SqliteTestDbNamed<DefaultNames>;
+
+/// A SQLite database file of its own for one test, with a [`SqliteStore`]
+/// on it, for the outbox called `N`.
 ///
 /// Deleted (with its `-wal` and `-shm` files) when the value drops; kept,
 /// and named on stderr, when the thread is panicking, so a failed test's
@@ -42,8 +46,9 @@ pub const DIR_VAR: &str = "OUTBOX_SQLITE_DIR";
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug)]
-pub struct SqliteTestDb {
+pub struct SqliteTestDbNamed<N: TestNames = DefaultNames> {
+    names: Names,
+    marker: std::marker::PhantomData<fn() -> N>,
     path: PathBuf,
     url: String,
     store: SqliteStore,
@@ -51,7 +56,21 @@ pub struct SqliteTestDb {
     owned: bool,
 }
 
-impl SqliteTestDb {
+impl<N: TestNames> std::fmt::Debug for SqliteTestDbNamed<N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteTestDbNamed")
+            .field("path", &self.path)
+            .field("names", &self.names)
+            .finish()
+    }
+}
+
+impl<N: TestNames> SqliteTestDbNamed<N> {
+    /// A store with its own pool on this file, on the outbox called `names`.
+    fn open(&self, pool_size: usize, names: &Names) -> anyhow::Result<SqliteStore> {
+        Ok(SqliteStore::connect(&self.url, pool_size)?.with_names(names.clone()))
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -64,7 +83,7 @@ fn directory() -> PathBuf {
         .map_or_else(std::env::temp_dir, PathBuf::from)
 }
 
-impl TestBackend for SqliteTestDb {
+impl<N: TestNames> TestBackend for SqliteTestDbNamed<N> {
     type Store = SqliteStore;
     type Dialect = diesel_outbox_sqlite::Sqlite;
     type Conn = AsyncSqliteConnection;
@@ -80,11 +99,14 @@ impl TestBackend for SqliteTestDb {
             .to_str()
             .with_context(|| format!("{} is not UTF-8", path.display()))?
             .to_owned();
-        run_migrations(establish(&url).await?)
+        let names = N::names();
+        run_migrations_named(establish(&url).await?, &names)
             .await
             .context("migrating the test database")?;
-        let store = SqliteStore::connect(&url, POOL_SIZE)?;
+        let store = SqliteStore::connect(&url, POOL_SIZE)?.with_names(names.clone());
         Ok(Self {
+            names,
+            marker: std::marker::PhantomData,
             path,
             url,
             store,
@@ -93,10 +115,13 @@ impl TestBackend for SqliteTestDb {
     }
 
     async fn attach(url: &str) -> anyhow::Result<Self> {
+        let names = N::names();
         Ok(Self {
+            store: SqliteStore::connect(url, POOL_SIZE)?.with_names(names.clone()),
+            names,
+            marker: std::marker::PhantomData,
             path: PathBuf::from(url),
             url: url.to_owned(),
-            store: SqliteStore::connect(url, POOL_SIZE)?,
             owned: false,
         })
     }
@@ -110,7 +135,17 @@ impl TestBackend for SqliteTestDb {
     }
 
     fn store_with_pool(&self, pool_size: usize) -> anyhow::Result<SqliteStore> {
-        Ok(SqliteStore::connect(&self.url, pool_size)?)
+        self.open(pool_size, &self.names)
+    }
+
+    fn names() -> Names {
+        N::names()
+    }
+
+    async fn another_outbox(&self, names: &Names) -> anyhow::Result<SqliteStore> {
+        run_migrations_named(self.connect().await?, names).await?;
+        run_inbox_migrations_named(self.connect().await?, names).await?;
+        self.open(POOL_SIZE, names)
     }
 
     fn pool(&self) -> &deadpool::managed::Pool<Self::Manager> {
@@ -147,17 +182,19 @@ impl TestBackend for SqliteTestDb {
     }
 
     async fn execute_sql(&self, sql: &str) -> anyhow::Result<()> {
-        Ok(self.store.pool().get().await?.batch_execute(sql).await?)
+        let sql = self.names.render(sql);
+        Ok(self.store.pool().get().await?.batch_execute(&sql).await?)
     }
 
     async fn count(&self, from: &str) -> anyhow::Result<i64> {
         let mut conn = self.store.pool().get().await?;
-        Ok(
-            diesel::sql_query(format!("SELECT COUNT(*) AS n FROM {from}"))
-                .get_result::<crate::Count>(&mut *conn)
-                .await?
-                .n,
-        )
+        Ok(diesel::sql_query(format!(
+            "SELECT COUNT(*) AS n FROM {}",
+            self.names.render(from)
+        ))
+        .get_result::<crate::Count>(&mut *conn)
+        .await?
+        .n)
     }
 
     async fn task_ids(
@@ -166,13 +203,15 @@ impl TestBackend for SqliteTestDb {
     ) -> anyhow::Result<Vec<TaskId>> {
         let rows: Vec<crate::IdRow> = match kind {
             Some(kind) => {
-                diesel::sql_query("SELECT id FROM outbox_tasks WHERE kind = ? ORDER BY id")
-                    .bind::<diesel::sql_types::Text, _>(kind)
-                    .load(conn)
-                    .await?
+                diesel::sql_query(
+                    N::names().render("SELECT id FROM outbox_tasks WHERE kind = ? ORDER BY id"),
+                )
+                .bind::<diesel::sql_types::Text, _>(kind)
+                .load(conn)
+                .await?
             }
             None => {
-                diesel::sql_query("SELECT id FROM outbox_tasks ORDER BY id")
+                diesel::sql_query(N::names().render("SELECT id FROM outbox_tasks ORDER BY id"))
                     .load(conn)
                     .await?
             }
@@ -181,19 +220,19 @@ impl TestBackend for SqliteTestDb {
     }
 
     async fn migrate(&self) -> anyhow::Result<Vec<String>> {
-        Ok(run_migrations(self.connect().await?).await?)
+        Ok(run_migrations_named(self.connect().await?, &self.names).await?)
     }
 
     async fn migrate_inbox(&self) -> anyhow::Result<Vec<String>> {
-        Ok(run_inbox_migrations(self.connect().await?).await?)
+        Ok(run_inbox_migrations_named(self.connect().await?, &self.names).await?)
     }
 
     async fn revert(&self) -> anyhow::Result<Vec<String>> {
-        Ok(revert_migrations(self.connect().await?).await?)
+        Ok(revert_migrations_named(self.connect().await?, &self.names).await?)
     }
 
-    fn migration_sql() -> &'static [diesel_outbox_sql::MigrationSql] {
-        diesel_outbox_sqlite::migration_sql()
+    fn migration_sql() -> Vec<diesel_outbox_sql::MigrationSql> {
+        diesel_outbox_sqlite::migration_sql_named(&N::names())
     }
 
     fn backlog_sql(shape: crate::backlog::Backlog, rows: u64) -> String {
@@ -209,7 +248,7 @@ impl TestBackend for SqliteTestDb {
     }
 }
 
-impl Drop for SqliteTestDb {
+impl<N: TestNames> Drop for SqliteTestDbNamed<N> {
     fn drop(&mut self) {
         self.store.pool().close();
         if !self.owned {

@@ -7,9 +7,13 @@
 //! statements prepared on every call ([`Prepare::EachCall`], what diesel's
 //! `sql_query` does) are measured too, so the cost of that shows.
 
-use std::future::Future;
+use std::{
+    collections::HashMap,
+    future::Future,
+    sync::{LazyLock, Mutex, PoisonError},
+};
 
-use diesel_outbox_testkit::{TestBackend, backlog::Backlog};
+use diesel_outbox_testkit::{TestBackend, TestNames, backlog::Backlog};
 
 /// How a hand-written statement is prepared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +35,29 @@ impl Prepare {
             Prepare::EachCall => diesel_outbox_sql::uncached(sql),
         }
     }
+}
+
+/// `sql`, a hand-written statement written with the outbox's default
+/// names, as the outbox `N` names its tables: `sql` itself for the default
+/// names, else its renamed text, kept for the process so that a statement
+/// prepared once per connection keeps one text (as a store keeps its
+/// rendered statements). For statements of a few shapes only: each text is
+/// kept for good.
+pub fn named<'a, N: TestNames>(sql: &'a str) -> &'a str {
+    let names = N::names();
+    if names.is_default() {
+        return sql;
+    }
+    static KEPT: LazyLock<Mutex<HashMap<String, HashMap<String, &'static str>>>> =
+        LazyLock::new(Mutex::default);
+    let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+    let texts = kept.entry(names.table_prefix().to_owned()).or_default();
+    if let Some(text) = texts.get(sql) {
+        return text;
+    }
+    let text: &'static str = Box::leak(names.render(sql).into_owned().into_boxed_str());
+    texts.insert(sql.to_owned(), text);
+    text
 }
 
 /// A task claimed by a hand-written loop: its id and what it carries.

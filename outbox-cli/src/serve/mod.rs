@@ -25,6 +25,8 @@ use guard::{CsrfToken, Hosts};
 #[derive(Debug)]
 struct App<S> {
     store: S,
+    /// The tasks table of the outbox shown.
+    outbox: String,
     token: CsrfToken,
 }
 
@@ -39,11 +41,13 @@ const RECENT_ON_PAGE: u32 = 20;
 /// names besides loopback that requests may address (a proxy's name).
 pub(crate) async fn run<S: OperatorStore>(
     store: S,
+    outbox: &str,
     bind: SocketAddr,
     allow_hosts: &[String],
 ) -> Result<(), Failure> {
     let app = Arc::new(App {
         store,
+        outbox: outbox.to_owned(),
         token: CsrfToken::generate()?,
     });
     let hosts = Arc::new(Hosts::new(allow_hosts));
@@ -136,6 +140,7 @@ async fn index<S: OperatorStore>(
     });
     match page.await {
         Ok((stats, failed, recent)) => Html(pages::index(
+            &app.outbox,
             &stats,
             &failed,
             &recent,

@@ -152,16 +152,21 @@ fn tasks_table(id: &str, rows: &[Listed], token: &str) -> String {
     html
 }
 
-/// The front page: stats, failed tasks with their last errors, and the
-/// latest tasks whatever their status.
+/// The front page of the outbox whose tasks table is `outbox`: stats,
+/// failed tasks with their last errors, and the latest tasks whatever their
+/// status.
 pub(crate) fn index(
+    outbox: &str,
     stats: &Stats,
     failed: &[Listed],
     recent: &[Listed],
     notice: Option<&str>,
     token: &str,
 ) -> String {
-    let mut body = String::new();
+    let mut body = format!(
+        "<p id=\"outbox\">Outbox: the tasks in <code>{}</code></p>",
+        escape(outbox)
+    );
     if let Some(notice) = notice {
         let _ = write!(
             body,

@@ -12,7 +12,7 @@ use diesel_outbox_core::{DatabaseErrorKind, Error, Store, Task, TaskId};
 use tokio::sync::Barrier;
 
 use crate::{
-    TestBackend,
+    TestBackend, TestNames,
     isolated::{IsolatedDb, Server},
 };
 
@@ -76,8 +76,8 @@ fn assert_database(error: &Error, kind: DatabaseErrorKind, code: &str, retryable
 /// A `CHECK` constraint's and a unique index's violations are permanent and
 /// carry the server's code; the check's message appears once in the error's
 /// chain, and the refused task is not written.
-pub async fn constraint_violations_are_permanent_and_carry_their_code<S: Server>(
-    db: &IsolatedDb<S>,
+pub async fn constraint_violations_are_permanent_and_carry_their_code<S: Server, N: TestNames>(
+    db: &IsolatedDb<S, N>,
 ) -> anyhow::Result<()> {
     db.execute_sql(
         "ALTER TABLE outbox_tasks ADD CONSTRAINT no_forbidden CHECK (kind <> 'forbidden')",
@@ -113,8 +113,8 @@ pub async fn constraint_violations_are_permanent_and_carry_their_code<S: Server>
 /// Two enqueues that wait for each other's dedup key: the server picks
 /// exactly one victim, whose error is a retryable deadlock, and the other
 /// commits both its tasks.
-pub async fn a_deadlock_between_two_enqueues_is_retryable<S: Server>(
-    db: &IsolatedDb<S>,
+pub async fn a_deadlock_between_two_enqueues_is_retryable<S: Server, N: TestNames>(
+    db: &IsolatedDb<S, N>,
 ) -> anyhow::Result<()> {
     // Each transaction takes one dedup key, then waits for the other's.
     let barrier = Arc::new(Barrier::new(2));
@@ -152,7 +152,9 @@ pub async fn a_deadlock_between_two_enqueues_is_retryable<S: Server>(
 
 /// An enqueue that waits longer than its lock timeout for another
 /// transaction's uncommitted dedup key gives up with a retryable error.
-pub async fn a_lock_timeout_is_retryable<S: Server>(db: &IsolatedDb<S>) -> anyhow::Result<()> {
+pub async fn a_lock_timeout_is_retryable<S: Server, N: TestNames>(
+    db: &IsolatedDb<S, N>,
+) -> anyhow::Result<()> {
     let mut holder = db.connect().await?;
     let mut waiter = db.connect().await?;
     let store = db.store();
@@ -187,8 +189,8 @@ pub async fn a_lock_timeout_is_retryable<S: Server>(db: &IsolatedDb<S>) -> anyho
 
 /// An enqueue on a connection whose session the server killed fails with a
 /// retryable connection error and writes nothing.
-pub async fn a_connection_the_server_killed_is_retryable<S: Server>(
-    db: &IsolatedDb<S>,
+pub async fn a_connection_the_server_killed_is_retryable<S: Server, N: TestNames>(
+    db: &IsolatedDb<S, N>,
 ) -> anyhow::Result<()> {
     let mut conn = db.connect().await?;
     <S::Conn as AsyncConnection>::TransactionManager::begin_transaction(&mut conn).await?;

@@ -36,6 +36,7 @@ pub mod relay;
 mod relay_steps;
 mod rounds;
 mod send;
+mod side_by_side;
 pub mod support;
 #[cfg(feature = "opentelemetry")]
 mod trace_context;
@@ -75,6 +76,7 @@ pub use relay::{
 pub use relay_steps::*;
 pub use rounds::*;
 pub use send::*;
+pub use side_by_side::*;
 #[cfg(feature = "opentelemetry")]
 pub use trace_context::*;
 pub use transaction::*;
@@ -110,6 +112,7 @@ macro_rules! conformance_tests {
     ($backend:ty, without_row_locks) => {
         $crate::conformance_tests!(@each $backend;
             enqueue_commits_with_the_transaction,
+            two_outboxes_in_one_database_stay_apart,
             enqueue_rolls_back_with_the_transaction,
             enqueue_outside_a_transaction_is_refused,
             enqueue_many_returns_ids_in_order,

@@ -259,10 +259,10 @@ pub async fn a_round_skips_rows_locked_elsewhere<B: TestBackend>(db: &B) -> anyh
     let mut locker = db.connect().await?;
     locker.batch_execute("BEGIN").await?;
     locker
-        .batch_execute(&format!(
+        .batch_execute(&B::names().render(&format!(
             "SELECT id FROM outbox_tasks WHERE id = {} FOR UPDATE",
             ids[0].get()
-        ))
+        )))
         .await?;
     let (mock, handle) = handler::recording();
     let worker = worker(db, super::support::registry(mock)?, config("w"))?;

@@ -5,15 +5,15 @@ use diesel::{
 };
 use diesel_async::{AsyncConnection, AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
 use diesel_outbox_core::DatabaseErrorKind;
-use diesel_outbox_testkit::{TestBackend, backlog::Backlog, mysql::MysqlTestDb};
+use diesel_outbox_testkit::{TestBackend, TestNames, backlog::Backlog, mysql::MysqlTestDbNamed};
 
-use super::{Claimed, Prepare, Raw};
+use super::{Claimed, Prepare, Raw, named};
 
 /// Claims up to `limit` available rows above `after` in one
 /// transaction (a locking read, then the update of what it took), and
 /// returns them in id order as `R`. `conn` is a
 /// [`Raw::drain_connection`], at READ COMMITTED.
-async fn claim<R>(
+async fn claim<N: TestNames, R>(
     conn: &mut AsyncMysqlConnection,
     limit: i64,
     after: i64,
@@ -27,24 +27,24 @@ where
         let result = conn
             .transaction::<_, diesel::result::Error, _>(async |tx| {
                 let claimed: Vec<R> = prepare
-                    .sql::<Mysql>(
+                    .sql::<Mysql>(named::<N>(
                         "SELECT id, kind, version, payload FROM outbox_tasks \
                          WHERE status = 'available' AND id > ? \
                          ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
-                    )
+                    ))
                     .bind::<BigInt, _>(after)
                     .bind::<BigInt, _>(limit)
                     .load(tx)
                     .await?;
                 if !claimed.is_empty() {
                     let ids: Vec<i64> = claimed.iter().map(HasId::id).collect();
-                    tx.batch_execute(&format!(
+                    tx.batch_execute(&N::names().render(&format!(
                         "UPDATE outbox_tasks SET status = 'running', lease_owner = 'raw', \
                          attempts = attempts + 1, \
                          lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND \
                          WHERE id IN ({})",
                         list(&ids)
-                    ))
+                    )))
                     .await?;
                 }
                 Ok(claimed)
@@ -58,7 +58,10 @@ where
 
 /// Marks the claimed `ids` succeeded (none: nothing to do), restarting a
 /// statement picked as a deadlock's victim.
-async fn complete(conn: &mut AsyncMysqlConnection, ids: &[i64]) -> anyhow::Result<()> {
+async fn complete<N: TestNames>(
+    conn: &mut AsyncMysqlConnection,
+    ids: &[i64],
+) -> anyhow::Result<()> {
     if ids.is_empty() {
         return Ok(());
     }
@@ -70,7 +73,7 @@ async fn complete(conn: &mut AsyncMysqlConnection, ids: &[i64]) -> anyhow::Resul
     );
     let mut restarts = 0;
     loop {
-        let result = conn.batch_execute(&update).await;
+        let result = conn.batch_execute(&N::names().render(&update)).await;
         if let Some(settled) = settle(result, &mut restarts) {
             return settled;
         }
@@ -141,7 +144,7 @@ fn numbers(n: u64) -> String {
     format!("{} LIMIT {n}", joined.join(" CROSS JOIN "))
 }
 
-impl Raw for MysqlTestDb {
+impl<N: TestNames> Raw for MysqlTestDbNamed<N> {
     const NAME: &'static str = "mysql";
     const DELIVERIES: &'static str = "CREATE TABLE deliveries (task_id BIGINT NOT NULL, \
         attempt BIGINT NOT NULL, duplicate INT NOT NULL, delivered_at DATETIME(6) NOT NULL)";
@@ -149,18 +152,24 @@ impl Raw for MysqlTestDb {
 
     async fn drain_connection(&self) -> anyhow::Result<AsyncMysqlConnection> {
         let mut conn = self.connect().await?;
-        conn.batch_execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-            .await?;
+        conn.batch_execute(
+            &N::names().render("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"),
+        )
+        .await?;
         Ok(conn)
     }
 
     async fn first_delivery_latencies(&self) -> anyhow::Result<Vec<i64>> {
         let mut conn = self.connect().await?;
         Ok(diesel::sql_query(
-            "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, t.created_at, MIN(d.delivered_at)) \
+            N::names()
+                .render(
+                    &"SELECT CAST(TIMESTAMPDIFF(MICROSECOND, t.created_at, MIN(d.delivered_at)) \
                  AS SIGNED) AS id \
              FROM deliveries d JOIN outbox_tasks t ON t.id = d.task_id \
              GROUP BY t.id, t.created_at",
+                )
+                .into_owned(),
         )
         .load::<Id>(&mut conn)
         .await?
@@ -178,10 +187,10 @@ impl Raw for MysqlTestDb {
         prepare: Prepare,
     ) -> anyhow::Result<()> {
         prepare
-            .sql::<Mysql>(
+            .sql::<Mysql>(named::<N>(
                 "INSERT INTO orders (id, customer, total_cents, created_at) \
                  VALUES (?, ?, ?, UTC_TIMESTAMP(6))",
-            )
+            ))
             .bind::<BigInt, _>(id)
             .bind::<Text, _>("customer-9")
             .bind::<BigInt, _>(4200)
@@ -197,12 +206,12 @@ impl Raw for MysqlTestDb {
     ) -> anyhow::Result<i64> {
         let insert = format!("{INSERT}{ROW}");
         prepare
-            .sql::<Mysql>(&insert)
+            .sql::<Mysql>(named::<N>(&insert))
             .bind::<Blob, _>(payload)
             .execute(conn)
             .await?;
         Ok(prepare
-            .sql::<Mysql>("SELECT LAST_INSERT_ID() AS id")
+            .sql::<Mysql>(named::<N>("SELECT LAST_INSERT_ID() AS id"))
             .get_result::<Id>(conn)
             .await?
             .id)
@@ -215,12 +224,12 @@ impl Raw for MysqlTestDb {
         // Always 100 rows in the bench: one text, prepared once per
         // connection like every other baseline statement.
         let insert = format!("{INSERT}{}", vec![ROW; payloads.len()].join(", "));
-        let mut query = diesel_outbox_sql::cached::<Mysql>(&insert);
+        let mut query = diesel_outbox_sql::cached::<Mysql>(named::<N>(&insert));
         for payload in payloads {
             query = query.bind::<Blob, _>(payload);
         }
         query.execute(conn).await?;
-        diesel_outbox_sql::cached::<Mysql>("SELECT LAST_INSERT_ID() AS id")
+        diesel_outbox_sql::cached::<Mysql>(named::<N>("SELECT LAST_INSERT_ID() AS id"))
             .get_result::<Id>(conn)
             .await?;
         Ok(())
@@ -232,10 +241,10 @@ impl Raw for MysqlTestDb {
         after: i64,
         prepare: Prepare,
     ) -> anyhow::Result<Vec<i64>> {
-        let claimed: Vec<Id> = claim(conn, limit, after, prepare).await?;
+        let claimed: Vec<Id> = claim::<N, _>(conn, limit, after, prepare).await?;
         let ids: Vec<i64> = claimed.iter().map(|row| row.id).collect();
         if !ids.is_empty() {
-            complete(conn, &ids).await?;
+            complete::<N>(conn, &ids).await?;
         }
         Ok(ids)
     }
@@ -245,11 +254,11 @@ impl Raw for MysqlTestDb {
         limit: i64,
         after: i64,
     ) -> anyhow::Result<Vec<Claimed>> {
-        claim(conn, limit, after, Prepare::Once).await
+        claim::<N, _>(conn, limit, after, Prepare::Once).await
     }
 
     async fn complete_batch(conn: &mut AsyncMysqlConnection, ids: &[i64]) -> anyhow::Result<()> {
-        complete(conn, ids).await
+        complete::<N>(conn, ids).await
     }
 
     async fn fill_pending(&self, n: u64, kind: &str) -> anyhow::Result<()> {

@@ -4,9 +4,9 @@ use diesel::{
     sql_types::{Array, BigInt, Bytea, Text},
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use diesel_outbox_testkit::{TestBackend, backlog::Backlog, postgres::PgTestDb};
+use diesel_outbox_testkit::{TestBackend, TestNames, backlog::Backlog, postgres::PgTestDbNamed};
 
-use super::{Claimed, Prepare, Raw};
+use super::{Claimed, Prepare, Raw, named};
 
 #[derive(QueryableByName)]
 struct Id {
@@ -32,7 +32,7 @@ const COMPLETE: &str = "UPDATE outbox_tasks SET status = 'succeeded', finished_a
     WHERE id = ANY($1)";
 
 /// Runs [`CLAIM`], reading each claimed row as `R` (in no set order).
-async fn claim<R>(
+async fn claim<N: TestNames, R>(
     conn: &mut AsyncPgConnection,
     limit: i64,
     after: i64,
@@ -42,7 +42,7 @@ where
     R: QueryableByName<Pg> + Send + 'static,
 {
     Ok(prepare
-        .sql::<Pg>(CLAIM)
+        .sql::<Pg>(named::<N>(CLAIM))
         .bind::<BigInt, _>(limit)
         .bind::<BigInt, _>(after)
         .load(conn)
@@ -50,20 +50,20 @@ where
 }
 
 /// Runs [`COMPLETE`] for `ids`.
-async fn complete(
+async fn complete<N: TestNames>(
     conn: &mut AsyncPgConnection,
     ids: &[i64],
     prepare: Prepare,
 ) -> anyhow::Result<()> {
     prepare
-        .sql::<Pg>(COMPLETE)
+        .sql::<Pg>(named::<N>(COMPLETE))
         .bind::<Array<BigInt>, _>(ids)
         .execute(conn)
         .await?;
     Ok(())
 }
 
-impl Raw for PgTestDb {
+impl<N: TestNames> Raw for PgTestDbNamed<N> {
     const NAME: &'static str = "postgres";
     const DELIVERIES: &'static str = "CREATE TABLE deliveries (task_id BIGINT NOT NULL, \
         attempt BIGINT NOT NULL, duplicate INT NOT NULL, delivered_at TIMESTAMPTZ NOT NULL)";
@@ -71,12 +71,12 @@ impl Raw for PgTestDb {
 
     async fn first_delivery_latencies(&self) -> anyhow::Result<Vec<i64>> {
         let mut conn = self.connect().await?;
-        Ok(diesel::sql_query(
+        Ok(diesel::sql_query(N::names().render(&
             "SELECT (EXTRACT(EPOCH FROM MIN(d.delivered_at) - t.created_at) * 1000000)::bigint \
                  AS id \
              FROM deliveries d JOIN outbox_tasks t ON t.id = d.task_id \
              GROUP BY t.id, t.created_at",
-        )
+        ).into_owned())
         .load::<Id>(&mut conn)
         .await?
         .into_iter()
@@ -93,7 +93,9 @@ impl Raw for PgTestDb {
         prepare: Prepare,
     ) -> anyhow::Result<()> {
         prepare
-            .sql::<Pg>("INSERT INTO orders (id, customer, total_cents) VALUES ($1, $2, $3)")
+            .sql::<Pg>(named::<N>(
+                "INSERT INTO orders (id, customer, total_cents) VALUES ($1, $2, $3)",
+            ))
             .bind::<BigInt, _>(id)
             .bind::<Text, _>("customer-9")
             .bind::<BigInt, _>(4200)
@@ -108,10 +110,10 @@ impl Raw for PgTestDb {
         prepare: Prepare,
     ) -> anyhow::Result<i64> {
         Ok(prepare
-            .sql::<Pg>(
+            .sql::<Pg>(named::<N>(
                 "INSERT INTO outbox_tasks (kind, version, payload, headers) \
                  VALUES ($1, 1, $2, '{}') RETURNING id",
-            )
+            ))
             .bind::<Text, _>("order.created")
             .bind::<Bytea, _>(payload)
             .get_result::<Id>(conn)
@@ -124,10 +126,10 @@ impl Raw for PgTestDb {
         payloads: &[Vec<u8>],
     ) -> anyhow::Result<()> {
         // The ids come back, as from the single insert: to send after commit.
-        let ids: Vec<Id> = diesel_outbox_sql::cached::<Pg>(
+        let ids: Vec<Id> = diesel_outbox_sql::cached::<Pg>(named::<N>(
             "INSERT INTO outbox_tasks (kind, version, payload, headers) \
              SELECT 'order.created', 1, p, '{}' FROM unnest($1::bytea[]) AS p RETURNING id",
-        )
+        ))
         .bind::<Array<Bytea>, _>(payloads)
         .load(conn)
         .await?;
@@ -146,13 +148,13 @@ impl Raw for PgTestDb {
         after: i64,
         prepare: Prepare,
     ) -> anyhow::Result<Vec<i64>> {
-        let claimed: Vec<Id> = claim(conn, limit, after, prepare).await?;
+        let claimed: Vec<Id> = claim::<N, _>(conn, limit, after, prepare).await?;
         if claimed.is_empty() {
             return Ok(Vec::new());
         }
         let mut ids: Vec<i64> = claimed.iter().map(|row| row.id).collect();
         ids.sort_unstable();
-        complete(conn, &ids, prepare).await?;
+        complete::<N>(conn, &ids, prepare).await?;
         Ok(ids)
     }
 
@@ -161,13 +163,13 @@ impl Raw for PgTestDb {
         limit: i64,
         after: i64,
     ) -> anyhow::Result<Vec<Claimed>> {
-        let mut claimed: Vec<Claimed> = claim(conn, limit, after, Prepare::Once).await?;
+        let mut claimed: Vec<Claimed> = claim::<N, _>(conn, limit, after, Prepare::Once).await?;
         claimed.sort_unstable_by_key(|row| row.id);
         Ok(claimed)
     }
 
     async fn complete_batch(conn: &mut AsyncPgConnection, ids: &[i64]) -> anyhow::Result<()> {
-        complete(conn, ids, Prepare::Once).await
+        complete::<N>(conn, ids, Prepare::Once).await
     }
 
     async fn fill_pending(&self, n: u64, kind: &str) -> anyhow::Result<()> {

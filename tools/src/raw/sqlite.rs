@@ -7,9 +7,9 @@ use diesel::{
 };
 use diesel_async::RunQueryDsl;
 use diesel_outbox_sqlite::AsyncSqliteConnection;
-use diesel_outbox_testkit::{TestBackend, backlog::Backlog, sqlite::SqliteTestDb};
+use diesel_outbox_testkit::{TestBackend, TestNames, backlog::Backlog, sqlite::SqliteTestDbNamed};
 
-use super::{Claimed, Prepare, Raw};
+use super::{Claimed, Prepare, Raw, named};
 
 #[derive(QueryableByName)]
 struct Id {
@@ -29,7 +29,7 @@ fn numbers(n: u64) -> String {
 /// Claims up to `limit` available rows above `after`, reading each as `R`
 /// (in no set order): one statement is its own write transaction, so no
 /// BEGIN is needed.
-async fn claim<R>(
+async fn claim<N: TestNames, R>(
     conn: &mut AsyncSqliteConnection,
     limit: i64,
     after: i64,
@@ -46,7 +46,7 @@ where
          RETURNING id, kind, version, payload"
     );
     Ok(prepare
-        .sql::<Sqlite>(&sql)
+        .sql::<Sqlite>(named::<N>(&sql))
         .bind::<BigInt, _>(after)
         .bind::<BigInt, _>(limit)
         .load(conn)
@@ -54,16 +54,23 @@ where
 }
 
 /// Marks the claimed `ids` succeeded.
-async fn complete(conn: &mut AsyncSqliteConnection, ids: &[i64]) -> anyhow::Result<()> {
+async fn complete<N: TestNames>(
+    conn: &mut AsyncSqliteConnection,
+    ids: &[i64],
+) -> anyhow::Result<()> {
     if ids.is_empty() {
         return Ok(());
     }
-    diesel::sql_query(format!(
-        "UPDATE outbox_tasks SET status = 'succeeded', finished_at = {NOW_US}, \
+    diesel::sql_query(
+        N::names()
+            .render(&format!(
+                "UPDATE outbox_tasks SET status = 'succeeded', finished_at = {NOW_US}, \
              updated_at = {NOW_US}, lease_owner = NULL, lease_expires_at = NULL \
          WHERE id IN ({})",
-        list(ids)
-    ))
+                list(ids)
+            ))
+            .into_owned(),
+    )
     .execute(conn)
     .await?;
     Ok(())
@@ -73,7 +80,7 @@ fn list(ids: &[i64]) -> String {
     ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
 }
 
-impl Raw for SqliteTestDb {
+impl<N: TestNames> Raw for SqliteTestDbNamed<N> {
     const NAME: &'static str = "sqlite";
     const DELIVERIES: &'static str = "CREATE TABLE deliveries (task_id INTEGER NOT NULL, \
         attempt INTEGER NOT NULL, duplicate INTEGER NOT NULL, delivered_at INTEGER NOT NULL)";
@@ -84,9 +91,13 @@ impl Raw for SqliteTestDb {
     async fn first_delivery_latencies(&self) -> anyhow::Result<Vec<i64>> {
         let mut conn = self.connect().await?;
         Ok(diesel::sql_query(
-            "SELECT MIN(d.delivered_at) - t.created_at AS id \
+            N::names()
+                .render(
+                    &"SELECT MIN(d.delivered_at) - t.created_at AS id \
              FROM deliveries d JOIN outbox_tasks t ON t.id = d.task_id \
              GROUP BY t.id, t.created_at",
+                )
+                .into_owned(),
         )
         .load::<Id>(&mut conn)
         .await?
@@ -104,7 +115,7 @@ impl Raw for SqliteTestDb {
             "INSERT INTO orders (id, customer, total_cents, created_at) VALUES (?, ?, ?, {NOW_US})"
         );
         prepare
-            .sql::<Sqlite>(&insert)
+            .sql::<Sqlite>(named::<N>(&insert))
             .bind::<BigInt, _>(id)
             .bind::<Text, _>("customer-9")
             .bind::<BigInt, _>(4200)
@@ -120,10 +131,10 @@ impl Raw for SqliteTestDb {
     ) -> anyhow::Result<i64> {
         // The table's defaults fill in the times and the status.
         Ok(prepare
-            .sql::<Sqlite>(
+            .sql::<Sqlite>(named::<N>(
                 "INSERT INTO outbox_tasks (kind, version, payload, headers) \
                  VALUES (?, 1, ?, '{}') RETURNING id",
-            )
+            ))
             .bind::<Text, _>("order.created")
             .bind::<Binary, _>(payload)
             .get_result::<Id>(conn)
@@ -142,7 +153,7 @@ impl Raw for SqliteTestDb {
         let insert = format!(
             "INSERT INTO outbox_tasks (kind, version, payload, headers) VALUES {rows} RETURNING id"
         );
-        let mut query = diesel_outbox_sql::cached::<Sqlite>(&insert);
+        let mut query = diesel_outbox_sql::cached::<Sqlite>(named::<N>(&insert));
         for payload in payloads {
             query = query.bind::<Binary, _>(payload);
         }
@@ -157,13 +168,13 @@ impl Raw for SqliteTestDb {
         after: i64,
         prepare: Prepare,
     ) -> anyhow::Result<Vec<i64>> {
-        let claimed: Vec<Id> = claim(conn, limit, after, prepare).await?;
+        let claimed: Vec<Id> = claim::<N, _>(conn, limit, after, prepare).await?;
         if claimed.is_empty() {
             return Ok(Vec::new());
         }
         let mut ids: Vec<i64> = claimed.iter().map(|row| row.id).collect();
         ids.sort_unstable();
-        complete(conn, &ids).await?;
+        complete::<N>(conn, &ids).await?;
         Ok(ids)
     }
 
@@ -172,13 +183,13 @@ impl Raw for SqliteTestDb {
         limit: i64,
         after: i64,
     ) -> anyhow::Result<Vec<Claimed>> {
-        let mut claimed: Vec<Claimed> = claim(conn, limit, after, Prepare::Once).await?;
+        let mut claimed: Vec<Claimed> = claim::<N, _>(conn, limit, after, Prepare::Once).await?;
         claimed.sort_unstable_by_key(|row| row.id);
         Ok(claimed)
     }
 
     async fn complete_batch(conn: &mut AsyncSqliteConnection, ids: &[i64]) -> anyhow::Result<()> {
-        complete(conn, ids).await
+        complete::<N>(conn, ids).await
     }
 
     async fn fill_pending(&self, n: u64, kind: &str) -> anyhow::Result<()> {

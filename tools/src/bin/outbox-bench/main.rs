@@ -86,6 +86,12 @@ pub(crate) struct Args {
     /// Skip the Kafka scenario.
     #[arg(long)]
     no_kafka: bool,
+    /// Run on an outbox whose tables carry the prefix `tenant_`
+    /// (`tenant_outbox_tasks`...), the library and the hand-written SQL
+    /// alike: its ratios, beside a run without it, show what a table
+    /// prefix costs.
+    #[arg(long)]
+    tenant_tables: bool,
     /// Run only these scenarios (repeat the flag, or separate with commas);
     /// all when not given. For profiling one of them; the table and the
     /// JSON then hold only their figures.
@@ -243,6 +249,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "--scenario kafka needs Kafka: drop --no-kafka (and build with the `kafka` feature)"
         );
     }
+    if args.tenant_tables && args.write_docs.is_some() {
+        anyhow::bail!("--write-docs keeps the default names' figures: drop --tenant-tables");
+    }
     let with_nats = !args.no_nats && cfg!(feature = "nats");
     let with_rabbitmq = !args.no_rabbitmq && cfg!(feature = "rabbitmq");
     let with_redis = !args.no_redis && cfg!(feature = "redis");
@@ -286,9 +295,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let mut results = Results::default();
     let started = Instant::now();
-    if matches!(args.backend, Backend::Postgres | Backend::All) {
-        #[cfg(feature = "postgres")]
-        backend::<diesel_outbox_testkit::postgres::PgTestDb>(
+    if args.tenant_tables {
+        let names = backends::<diesel_outbox_testkit::TenantNames>;
+        names(
+            args.backend,
             &plan,
             &only,
             brokers,
@@ -296,12 +306,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
             meta.as_mut(),
         )
         .await?;
-        #[cfg(not(feature = "postgres"))]
-        anyhow::bail!("outbox-bench was built without the `postgres` feature");
-    }
-    if matches!(args.backend, Backend::Mysql | Backend::All) {
-        #[cfg(feature = "mysql")]
-        backend::<diesel_outbox_testkit::mysql::MysqlTestDb>(
+    } else {
+        let names = backends::<diesel_outbox_testkit::DefaultNames>;
+        names(
+            args.backend,
             &plan,
             &only,
             brokers,
@@ -309,21 +317,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
             meta.as_mut(),
         )
         .await?;
-        #[cfg(not(feature = "mysql"))]
-        anyhow::bail!("outbox-bench was built without the `mysql` feature");
-    }
-    if matches!(args.backend, Backend::Sqlite | Backend::All) {
-        #[cfg(feature = "sqlite")]
-        backend::<diesel_outbox_testkit::sqlite::SqliteTestDb>(
-            &plan,
-            &only,
-            brokers,
-            &mut results,
-            meta.as_mut(),
-        )
-        .await?;
-        #[cfg(not(feature = "sqlite"))]
-        anyhow::bail!("outbox-bench was built without the `sqlite` feature");
     }
     let seconds = started.elapsed().as_secs();
     print_table(&results, profile, seconds);
@@ -370,6 +363,57 @@ impl Only {
     fn runs(&self, scenario: Scenario) -> bool {
         self.0.is_empty() || self.0.contains(&scenario)
     }
+}
+
+/// The backends `which` names, on the outbox called `N`.
+async fn backends<N: diesel_outbox_testkit::TestNames>(
+    which: Backend,
+    plan: &Plan,
+    only: &Only,
+    brokers: Brokers,
+    results: &mut Results,
+    mut meta: Option<&mut docs::Meta>,
+) -> anyhow::Result<()> {
+    if matches!(which, Backend::Postgres | Backend::All) {
+        #[cfg(feature = "postgres")]
+        backend::<diesel_outbox_testkit::postgres::PgTestDbNamed<N>>(
+            plan,
+            only,
+            brokers,
+            results,
+            meta.as_deref_mut(),
+        )
+        .await?;
+        #[cfg(not(feature = "postgres"))]
+        anyhow::bail!("outbox-bench was built without the `postgres` feature");
+    }
+    if matches!(which, Backend::Mysql | Backend::All) {
+        #[cfg(feature = "mysql")]
+        backend::<diesel_outbox_testkit::mysql::MysqlTestDbNamed<N>>(
+            plan,
+            only,
+            brokers,
+            results,
+            meta.as_deref_mut(),
+        )
+        .await?;
+        #[cfg(not(feature = "mysql"))]
+        anyhow::bail!("outbox-bench was built without the `mysql` feature");
+    }
+    if matches!(which, Backend::Sqlite | Backend::All) {
+        #[cfg(feature = "sqlite")]
+        backend::<diesel_outbox_testkit::sqlite::SqliteTestDbNamed<N>>(
+            plan,
+            only,
+            brokers,
+            results,
+            meta.as_deref_mut(),
+        )
+        .await?;
+        #[cfg(not(feature = "sqlite"))]
+        anyhow::bail!("outbox-bench was built without the `sqlite` feature");
+    }
+    Ok(())
 }
 
 async fn backend<B: Raw + Server>(

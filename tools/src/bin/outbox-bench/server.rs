@@ -52,7 +52,9 @@ fn mysql_name(version: &str) -> String {
 }
 
 #[cfg(feature = "postgres")]
-impl Server for diesel_outbox_testkit::postgres::PgTestDb {
+impl<N: diesel_outbox_testkit::TestNames> Server
+    for diesel_outbox_testkit::postgres::PgTestDbNamed<N>
+{
     async fn server(&self) -> anyhow::Result<String> {
         let version = version(self, "SELECT current_setting('server_version') AS version").await?;
         Ok(format!("PostgreSQL {}", leading_version(&version)))
@@ -60,7 +62,9 @@ impl Server for diesel_outbox_testkit::postgres::PgTestDb {
 }
 
 #[cfg(feature = "mysql")]
-impl Server for diesel_outbox_testkit::mysql::MysqlTestDb {
+impl<N: diesel_outbox_testkit::TestNames> Server
+    for diesel_outbox_testkit::mysql::MysqlTestDbNamed<N>
+{
     async fn server(&self) -> anyhow::Result<String> {
         Ok(mysql_name(
             &version(self, "SELECT VERSION() AS version").await?,
@@ -69,7 +73,9 @@ impl Server for diesel_outbox_testkit::mysql::MysqlTestDb {
 }
 
 #[cfg(feature = "sqlite")]
-impl Server for diesel_outbox_testkit::sqlite::SqliteTestDb {
+impl<N: diesel_outbox_testkit::TestNames> Server
+    for diesel_outbox_testkit::sqlite::SqliteTestDbNamed<N>
+{
     async fn server(&self) -> anyhow::Result<String> {
         let version = version(self, "SELECT sqlite_version() AS version").await?;
         Ok(format!("SQLite {version}"))
