@@ -7,7 +7,10 @@ use diesel::{
     sql_types::Text,
 };
 
-use crate::{migration_sql, statements};
+use diesel_outbox_sql::Names;
+use diesel_outbox_testkit::{DefaultNames, TenantNames, TestNames};
+
+use crate::{migration_sql_named, statements};
 
 #[derive(QueryableByName)]
 struct Step {
@@ -15,33 +18,46 @@ struct Step {
     detail: String,
 }
 
-/// The plan of `sql` on a migrated in-memory database, one line per step.
-fn plan(sql: &str) -> Vec<String> {
+/// The plan of `sql` (written with the default names) on an in-memory
+/// database migrated for the outbox called `names`, one line per step.
+fn plan(sql: &str, names: &Names) -> Vec<String> {
     let mut conn = SqliteConnection::establish(":memory:").expect("in-memory database");
-    for migration in migration_sql() {
+    for migration in migration_sql_named(names) {
         conn.batch_execute(migration.up()).expect("migration");
     }
-    diesel::sql_query(format!("EXPLAIN QUERY PLAN {sql}"))
-        .load::<Step>(&mut conn)
-        .expect("plan")
-        .into_iter()
-        .map(|step| step.detail)
-        .collect()
+    diesel::sql_query(
+        names
+            .render(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .into_owned(),
+    )
+    .load::<Step>(&mut conn)
+    .expect("plan")
+    .into_iter()
+    .map(|step| step.detail)
+    .collect()
 }
 
+/// Checks that the plan of `sql` holds each of the `expected` steps and no
+/// scan of the whole table, for the default names and for a table prefix
+/// alike (`expected` is written with the default names).
 #[track_caller]
 fn assert_plan(sql: &str, expected: &[&str]) {
-    let plan = plan(sql);
-    for step in expected {
+    for names in [DefaultNames::names(), TenantNames::names()] {
+        let plan = plan(sql, &names);
+        let table = names.table("outbox_tasks");
+        for step in expected {
+            let step = names.render(step);
+            assert!(
+                plan.iter().any(|line| line.contains(&*step)),
+                "no step `{step}` in the plan of\n{sql}\n{plan:#?}"
+            );
+        }
         assert!(
-            plan.iter().any(|line| line.contains(step)),
-            "no step `{step}` in the plan of\n{sql}\n{plan:#?}"
+            plan.iter()
+                .all(|line| line.trim() != format!("SCAN {table}")),
+            "a scan of the whole table {table} in the plan of\n{sql}\n{plan:#?}"
         );
     }
-    assert!(
-        plan.iter().all(|line| line.trim() != "SCAN outbox_tasks"),
-        "a scan of the whole table outbox_tasks in the plan of\n{sql}\n{plan:#?}"
-    );
 }
 
 #[test]
@@ -51,11 +67,13 @@ fn claims_read_the_available_range_in_id_order() {
         &["outbox_tasks_claim_idx (status=? AND id>?)"],
     );
     // No sort: the index gives id order.
-    assert!(
-        !plan(statements::CLAIM_DUE)
-            .iter()
-            .any(|line| line.contains("TEMP B-TREE"))
-    );
+    for names in [DefaultNames::names(), TenantNames::names()] {
+        assert!(
+            !plan(statements::CLAIM_DUE, &names)
+                .iter()
+                .any(|line| line.contains("TEMP B-TREE"))
+        );
+    }
 }
 
 #[test]

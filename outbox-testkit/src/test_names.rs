@@ -47,6 +47,33 @@ impl TestNames for TenantNames {
     }
 }
 
+/// Expands each test named, an `async fn test<N: TestNames>() ->
+/// anyhow::Result<()>` in the invoking module, once on the default names
+/// (module `default_names`) and once on tables with a prefix
+/// (`tenant_names`, [`TenantNames`]): for tests of what must not change
+/// with an outbox's names, such as its statements' plans.
+#[macro_export]
+macro_rules! each_names {
+    ($($test:ident),* $(,)?) => {
+        mod default_names {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() -> anyhow::Result<()> {
+                    super::$test::<$crate::DefaultNames>().await
+                }
+            )*
+        }
+        mod tenant_names {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() -> anyhow::Result<()> {
+                    super::$test::<$crate::TenantNames>().await
+                }
+            )*
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

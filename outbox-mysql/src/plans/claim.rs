@@ -13,7 +13,7 @@ use diesel::{
     sql_types::{BigInt, Datetime, Nullable, Text},
 };
 use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
-use diesel_outbox_testkit::{TestBackend, backlog::Backlog, mysql::MysqlTestDb};
+use diesel_outbox_testkit::{TestBackend, TestNames, backlog::Backlog, mysql::MysqlTestDbNamed};
 use serde_json::Value;
 
 use crate::statements::LOCK_DUE;
@@ -37,7 +37,7 @@ struct Analyzed {
 }
 
 /// Adds `rows` due tasks after every existing row and refreshes statistics.
-async fn add_due(db: &MysqlTestDb, rows: u64) -> anyhow::Result<()> {
+async fn add_due<N: TestNames>(db: &MysqlTestDbNamed<N>, rows: u64) -> anyhow::Result<()> {
     db.execute_sql(&format!(
         "INSERT INTO outbox_tasks (kind, version, payload, headers, next_attempt_at, \
              last_error, created_at, updated_at) \
@@ -50,18 +50,19 @@ async fn add_due(db: &MysqlTestDb, rows: u64) -> anyhow::Result<()> {
 
 /// Runs one claim's SELECT of `LIMIT` under ANALYZE in a READ COMMITTED
 /// transaction that is rolled back; returns its execution as JSON.
-async fn analyze_claim(db: &MysqlTestDb) -> anyhow::Result<Value> {
+async fn analyze_claim<N: TestNames>(db: &MysqlTestDbNamed<N>) -> anyhow::Result<Value> {
     let mut conn = db.connect().await?;
     conn.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
         .await?;
     conn.begin_test_transaction().await?;
-    let analyzed: Analyzed = diesel::sql_query(format!("ANALYZE FORMAT=JSON {LOCK_DUE}"))
-        .into_boxed::<Mysql>()
-        .bind::<BigInt, _>(0)
-        .bind::<Nullable<Datetime>, _>(None::<chrono::NaiveDateTime>)
-        .bind::<BigInt, _>(LIMIT)
-        .get_result(&mut conn)
-        .await?;
+    let analyzed: Analyzed =
+        diesel::sql_query(N::names().render(&format!("ANALYZE FORMAT=JSON {LOCK_DUE}")))
+            .into_boxed::<Mysql>()
+            .bind::<BigInt, _>(0)
+            .bind::<Nullable<Datetime>, _>(None::<chrono::NaiveDateTime>)
+            .bind::<BigInt, _>(LIMIT)
+            .get_result(&mut conn)
+            .await?;
     drop(conn); // never committed: the locks go with the connection
     Ok(serde_json::from_str(&analyzed.json)?)
 }
@@ -86,7 +87,10 @@ fn tables(value: &Value) -> Vec<&Value> {
 
 /// Asserts that the analyzed claim read about `LIMIT` rows, all through
 /// `outbox_tasks_claim_idx`.
-fn assert_reads_only_claimed_rows(analyzed: &Value, beside: &str) -> anyhow::Result<()> {
+fn assert_reads_only_claimed_rows<N: TestNames>(
+    analyzed: &Value,
+    beside: &str,
+) -> anyhow::Result<()> {
     let plan = serde_json::to_string_pretty(analyzed)?;
     let tables = tables(analyzed);
     assert_eq!(
@@ -101,9 +105,10 @@ fn assert_reads_only_claimed_rows(analyzed: &Value, beside: &str) -> anyhow::Res
         read <= LIMIT as f64 + MARGIN,
         "beside {beside}, the claim read {read} rows of outbox_tasks for a claim of {LIMIT}:\n{plan}"
     );
+    let index = N::names().table("outbox_tasks_claim_idx");
     assert_eq!(
-        scan["key"], "outbox_tasks_claim_idx",
-        "beside {beside}, the claim does not walk outbox_tasks_claim_idx:\n{plan}"
+        scan["key"], *index,
+        "beside {beside}, the claim does not walk {index}:\n{plan}"
     );
     let matched = read * scan["r_filtered"].as_f64().unwrap_or(0.0) / 100.0;
     assert!(
@@ -115,8 +120,11 @@ fn assert_reads_only_claimed_rows(analyzed: &Value, beside: &str) -> anyhow::Res
 
 /// Fills `backlog`, then for each count of `due_counts` tops the due rows
 /// up to it and checks one claim.
-async fn reads_only_claimed_rows(backlog: Backlog, due_counts: &[u64]) -> anyhow::Result<()> {
-    let db = MysqlTestDb::create(&format!("claim_plan_{backlog:?}")).await?;
+async fn reads_only_claimed_rows<N: TestNames>(
+    backlog: Backlog,
+    due_counts: &[u64],
+) -> anyhow::Result<()> {
+    let db = MysqlTestDbNamed::<N>::create(&format!("claim_plan_{backlog:?}")).await?;
     db.execute_sql(&backlog.mysql(BACKLOG)).await?;
     let filled = u64::try_from(db.count_tasks().await?)?;
     anyhow::ensure!(filled >= BACKLOG, "{backlog:?} filled {filled} rows");
@@ -125,44 +133,47 @@ async fn reads_only_claimed_rows(backlog: Backlog, due_counts: &[u64]) -> anyhow
         add_due(&db, total - due).await?;
         due = total;
         let beside = format!("{} and {due} due rows", backlog.describe(BACKLOG));
-        assert_reads_only_claimed_rows(&analyze_claim(&db).await?, &beside)?;
+        assert_reads_only_claimed_rows::<N>(&analyze_claim(&db).await?, &beside)?;
     }
     drop(db);
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn beside_waiting_rows_not_yet_due() -> anyhow::Result<()> {
-    reads_only_claimed_rows(Backlog::NotDue, &[DUE]).await
+async fn beside_waiting_rows_not_yet_due<N: TestNames>() -> anyhow::Result<()> {
+    reads_only_claimed_rows::<N>(Backlog::NotDue, &[DUE]).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn beside_waiting_rows_in_backoff() -> anyhow::Result<()> {
-    reads_only_claimed_rows(Backlog::Backoff, &[DUE]).await
+async fn beside_waiting_rows_in_backoff<N: TestNames>() -> anyhow::Result<()> {
+    reads_only_claimed_rows::<N>(Backlog::Backoff, &[DUE]).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn beside_a_failed_head_and_its_blocked_successors() -> anyhow::Result<()> {
-    reads_only_claimed_rows(Backlog::FailedHead, &[DUE]).await
+async fn beside_a_failed_head_and_its_blocked_successors<N: TestNames>() -> anyhow::Result<()> {
+    reads_only_claimed_rows::<N>(Backlog::FailedHead, &[DUE]).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn beside_succeeded_rows_of_one_key() -> anyhow::Result<()> {
-    reads_only_claimed_rows(Backlog::SucceededKey, &[DUE]).await
+async fn beside_succeeded_rows_of_one_key<N: TestNames>() -> anyhow::Result<()> {
+    reads_only_claimed_rows::<N>(Backlog::SucceededKey, &[DUE]).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn beside_finished_rows() -> anyhow::Result<()> {
-    reads_only_claimed_rows(Backlog::Finished, &[DUE]).await
+async fn beside_finished_rows<N: TestNames>() -> anyhow::Result<()> {
+    reads_only_claimed_rows::<N>(Backlog::Finished, &[DUE]).await
 }
 
 /// With 1,000 due rows beside 50,000 others, MariaDB 10.11 left to itself
 /// reads the claim through the primary key, from the oldest row on (see the
 /// module's notes); the claim names its index, so it reads only what it claims.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn beside_every_shape_with_more_due_rows() -> anyhow::Result<()> {
+async fn beside_every_shape_with_more_due_rows<N: TestNames>() -> anyhow::Result<()> {
     for backlog in Backlog::ALL {
-        reads_only_claimed_rows(backlog, &MORE_DUE).await?;
+        reads_only_claimed_rows::<N>(backlog, &MORE_DUE).await?;
     }
     Ok(())
 }
+
+diesel_outbox_testkit::each_names!(
+    beside_waiting_rows_not_yet_due,
+    beside_waiting_rows_in_backoff,
+    beside_a_failed_head_and_its_blocked_successors,
+    beside_succeeded_rows_of_one_key,
+    beside_finished_rows,
+    beside_every_shape_with_more_due_rows,
+);

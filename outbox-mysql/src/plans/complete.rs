@@ -5,7 +5,7 @@
 use diesel::{QueryableByName, mysql::Mysql, sql_types::Text};
 use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
 use diesel_outbox_core::{Status, TaskId, transition::Completion, transition::Fence};
-use diesel_outbox_testkit::{TestBackend, mysql::MysqlTestDb};
+use diesel_outbox_testkit::{TestBackend, TestNames, mysql::MysqlTestDbNamed};
 use serde_json::Value;
 
 use crate::json_rows;
@@ -37,9 +37,8 @@ fn tables(value: &Value) -> Vec<&Value> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_completion_write_reads_only_its_rows() -> anyhow::Result<()> {
-    let db = MysqlTestDb::create("completion_plan").await?;
+async fn a_completion_write_reads_only_its_rows<N: TestNames>() -> anyhow::Result<()> {
+    let db = MysqlTestDbNamed::<N>::create("completion_plan").await?;
     db.execute_sql(&format!(
         "INSERT INTO outbox_tasks (kind, version, payload, headers, status, attempts, \
              lease_owner, lease_expires_at, next_attempt_at, last_error, created_at, updated_at) \
@@ -73,11 +72,12 @@ async fn a_completion_write_reads_only_its_rows() -> anyhow::Result<()> {
     conn.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
         .await?;
     conn.begin_test_transaction().await?;
-    let analyzed: Analyzed = diesel::sql_query(format!("ANALYZE FORMAT=JSON {COMPLETE}"))
-        .into_boxed::<Mysql>()
-        .bind::<Text, _>(document)
-        .get_result(&mut conn)
-        .await?;
+    let analyzed: Analyzed =
+        diesel::sql_query(N::names().render(&format!("ANALYZE FORMAT=JSON {COMPLETE}")))
+            .into_boxed::<Mysql>()
+            .bind::<Text, _>(document)
+            .get_result(&mut conn)
+            .await?;
     drop(conn); // never committed
     let analyzed: Value = serde_json::from_str(&analyzed.json)?;
     let plan = serde_json::to_string_pretty(&analyzed)?;
@@ -100,3 +100,5 @@ async fn a_completion_write_reads_only_its_rows() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+diesel_outbox_testkit::each_names!(a_completion_write_reads_only_its_rows);

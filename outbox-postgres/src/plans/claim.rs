@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncConnection, RunQueryDsl};
 use diesel_outbox_core::transition::EXPIRED_ERROR;
-use diesel_outbox_testkit::{TestBackend, backlog::Backlog, postgres::PgTestDb};
+use diesel_outbox_testkit::{TestBackend, TestNames, backlog::Backlog, postgres::PgTestDbNamed};
 use serde_json::Value;
 
 use super::{Explained, explain_prepared, rows_read, scans_of};
@@ -25,8 +25,10 @@ const MARGIN: f64 = 10.0;
 
 /// Fills `backlog`, then the due rows, and explains one claim of `LIMIT`
 /// (rolled back); returns the plan's root node.
-async fn explain_claim(backlog: Backlog) -> anyhow::Result<(PgTestDb, Value)> {
-    let db = PgTestDb::create(&format!("claim_plan_{backlog:?}")).await?;
+async fn explain_claim<N: TestNames>(
+    backlog: Backlog,
+) -> anyhow::Result<(PgTestDbNamed<N>, Value)> {
+    let db = PgTestDbNamed::<N>::create(&format!("claim_plan_{backlog:?}")).await?;
     db.execute_sql(&backlog.postgres(BACKLOG)).await?;
     let root = explain_due(&db, DUE, LIMIT).await?;
     let rows = db.count_tasks().await?;
@@ -39,7 +41,11 @@ async fn explain_claim(backlog: Backlog) -> anyhow::Result<(PgTestDb, Value)> {
 
 /// Adds `due` available rows to `db`, analyzes the table, and explains one
 /// claim of `limit` (rolled back); returns the plan's root node.
-async fn explain_due(db: &PgTestDb, due: u64, limit: i64) -> anyhow::Result<Value> {
+async fn explain_due<N: TestNames>(
+    db: &PgTestDbNamed<N>,
+    due: u64,
+    limit: i64,
+) -> anyhow::Result<Value> {
     db.execute_sql(&format!(
         "INSERT INTO outbox_tasks (kind, version, payload) \
          SELECT 'due', 1, '\\x7b7d' FROM generate_series(1, {due}); \
@@ -48,16 +54,17 @@ async fn explain_due(db: &PgTestDb, due: u64, limit: i64) -> anyhow::Result<Valu
     .await?;
     let mut conn = db.connect().await?;
     conn.begin_test_transaction().await?;
-    let explained: Explained =
-        diesel::sql_query(format!("EXPLAIN (ANALYZE, FORMAT JSON) {CLAIM_DUE}"))
-            .bind::<BigInt, _>(0)
-            .bind::<BigInt, _>(limit)
-            .bind::<Text, _>("plan-test")
-            .bind::<BigInt, _>(60_000_000)
-            .bind::<Text, _>(EXPIRED_ERROR)
-            .bind::<Nullable<Timestamptz>, _>(None::<DateTime<Utc>>)
-            .get_result(&mut conn)
-            .await?;
+    let explained: Explained = diesel::sql_query(
+        N::names().render(&format!("EXPLAIN (ANALYZE, FORMAT JSON) {CLAIM_DUE}")),
+    )
+    .bind::<BigInt, _>(0)
+    .bind::<BigInt, _>(limit)
+    .bind::<Text, _>("plan-test")
+    .bind::<BigInt, _>(60_000_000)
+    .bind::<Text, _>(EXPIRED_ERROR)
+    .bind::<Nullable<Timestamptz>, _>(None::<DateTime<Utc>>)
+    .get_result(&mut conn)
+    .await?;
     // Never committed, and rolled back before the next claim looks: a
     // dropped connection's rollback may come after it, locks still held.
     super::roll_back(conn).await?;
@@ -68,14 +75,19 @@ async fn explain_due(db: &PgTestDb, due: u64, limit: i64) -> anyhow::Result<Valu
 /// (plus [`MARGIN`]) of `outbox_tasks`, walking the index of available
 /// tasks. A bitmap index scan counts the index entries it found, dead ones
 /// included, so the heap scan above it is what bounds the rows read.
-fn reads_only_what_it_claims(root: &Value, limit: i64, shape: &str) -> anyhow::Result<()> {
+fn reads_only_what_it_claims<N: TestNames>(
+    root: &Value,
+    limit: i64,
+    shape: &str,
+) -> anyhow::Result<()> {
     let plan = serde_json::to_string_pretty(root)?;
     assert_eq!(
         root["Actual Rows"].as_f64(),
         Some(limit as f64),
         "beside {shape}, the claim took other than {limit} rows:\n{plan}"
     );
-    let scans = scans_of(root, "outbox_tasks");
+    let scans = scans_of::<N>(root, "outbox_tasks");
+    let index = N::names().table("outbox_tasks_available_idx");
     for scan in scans
         .iter()
         .filter(|scan| scan["Node Type"] != "Bitmap Index Scan")
@@ -88,17 +100,15 @@ fn reads_only_what_it_claims(root: &Value, limit: i64, shape: &str) -> anyhow::R
         );
     }
     assert!(
-        scans
-            .iter()
-            .any(|scan| scan["Index Name"] == "outbox_tasks_available_idx"),
-        "beside {shape}, the claim does not walk outbox_tasks_available_idx:\n{plan}"
+        scans.iter().any(|scan| scan["Index Name"] == index),
+        "beside {shape}, the claim does not walk {index}:\n{plan}"
     );
     Ok(())
 }
 
-async fn reads_only_claimed_rows(backlog: Backlog) -> anyhow::Result<()> {
-    let (db, root) = explain_claim(backlog).await?;
-    reads_only_what_it_claims(&root, LIMIT, &backlog.describe(BACKLOG))?;
+async fn reads_only_claimed_rows<N: TestNames>(backlog: Backlog) -> anyhow::Result<()> {
+    let (db, root) = explain_claim::<N>(backlog).await?;
+    reads_only_what_it_claims::<N>(&root, LIMIT, &backlog.describe(BACKLOG))?;
     drop(db);
     Ok(())
 }
@@ -108,9 +118,8 @@ async fn reads_only_claimed_rows(backlog: Backlog) -> anyhow::Result<()> {
 /// rows it takes, under a custom plan and under the generic plan a cached
 /// statement may switch to: joined as a row set, the claimed ids were
 /// hashed against a scan of the whole table.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_a_small_table() -> anyhow::Result<()> {
-    let db = PgTestDb::create("claim_plan_small").await?;
+async fn on_a_small_table<N: TestNames>() -> anyhow::Result<()> {
+    let db = PgTestDbNamed::<N>::create("claim_plan_small").await?;
     // Finished rows first, as a queue table holds them: with only
     // available rows, the primary key and the index of available rows
     // cost the planner the same, and which it takes is a tie.
@@ -120,7 +129,7 @@ async fn on_a_small_table() -> anyhow::Result<()> {
     )
     .await?;
     let root = explain_due(&db, 4_000, 256).await?;
-    reads_only_what_it_claims(&root, 256, "2,000 finished rows and 4,000 due rows")?;
+    reads_only_what_it_claims::<N>(&root, 256, "2,000 finished rows and 4,000 due rows")?;
     let generic = explain_prepared(
         &db,
         &format!("PREPARE plan_test(int8, int8, text, int8, text, timestamptz) AS {CLAIM_DUE}"),
@@ -128,7 +137,7 @@ async fn on_a_small_table() -> anyhow::Result<()> {
         "EXECUTE plan_test(0, 256, 'plan-test', 60000000, 'expired', NULL)",
     )
     .await?;
-    reads_only_what_it_claims(
+    reads_only_what_it_claims::<N>(
         &generic,
         256,
         "2,000 finished rows and 4,000 due rows, generic plan",
@@ -137,27 +146,31 @@ async fn on_a_small_table() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn beside_waiting_rows_not_yet_due() -> anyhow::Result<()> {
-    reads_only_claimed_rows(Backlog::NotDue).await
+async fn beside_waiting_rows_not_yet_due<N: TestNames>() -> anyhow::Result<()> {
+    reads_only_claimed_rows::<N>(Backlog::NotDue).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn beside_waiting_rows_in_backoff() -> anyhow::Result<()> {
-    reads_only_claimed_rows(Backlog::Backoff).await
+async fn beside_waiting_rows_in_backoff<N: TestNames>() -> anyhow::Result<()> {
+    reads_only_claimed_rows::<N>(Backlog::Backoff).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn beside_a_failed_head_and_its_blocked_successors() -> anyhow::Result<()> {
-    reads_only_claimed_rows(Backlog::FailedHead).await
+async fn beside_a_failed_head_and_its_blocked_successors<N: TestNames>() -> anyhow::Result<()> {
+    reads_only_claimed_rows::<N>(Backlog::FailedHead).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn beside_succeeded_rows_of_one_key() -> anyhow::Result<()> {
-    reads_only_claimed_rows(Backlog::SucceededKey).await
+async fn beside_succeeded_rows_of_one_key<N: TestNames>() -> anyhow::Result<()> {
+    reads_only_claimed_rows::<N>(Backlog::SucceededKey).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn beside_finished_rows() -> anyhow::Result<()> {
-    reads_only_claimed_rows(Backlog::Finished).await
+async fn beside_finished_rows<N: TestNames>() -> anyhow::Result<()> {
+    reads_only_claimed_rows::<N>(Backlog::Finished).await
 }
+
+diesel_outbox_testkit::each_names!(
+    on_a_small_table,
+    beside_waiting_rows_not_yet_due,
+    beside_waiting_rows_in_backoff,
+    beside_a_failed_head_and_its_blocked_successors,
+    beside_succeeded_rows_of_one_key,
+    beside_finished_rows,
+);

@@ -2,7 +2,7 @@
 //! stale statistics a queue table has during a drain: EXPLAIN ANALYZE of the
 //! real statements, under custom and generic plans.
 
-use diesel_outbox_testkit::{TestBackend, postgres::PgTestDb};
+use diesel_outbox_testkit::{TestBackend, TestNames, postgres::PgTestDbNamed};
 
 use super::{explain_prepared, nodes, rows_read, scans_of};
 use crate::statements::{COMPLETE, SUCCEED};
@@ -22,8 +22,8 @@ const OWNER: &str = "plan-test";
 /// A database in the middle of a drain: statistics taken while every task
 /// was available (and never again: autovacuum is off for the table), then
 /// every task claimed by `OWNER` and the lower half finished.
-async fn mid_drain(claimed: i64) -> anyhow::Result<PgTestDb> {
-    let db = PgTestDb::create("complete_plan").await?;
+async fn mid_drain<N: TestNames>(claimed: i64) -> anyhow::Result<PgTestDbNamed<N>> {
+    let db = PgTestDbNamed::<N>::create("complete_plan").await?;
     db.execute_sql(&format!(
         "ALTER TABLE outbox_tasks SET (autovacuum_enabled = false); \
          INSERT INTO outbox_tasks (kind, version, payload) \
@@ -46,8 +46,8 @@ async fn mid_drain(claimed: i64) -> anyhow::Result<PgTestDb> {
 /// values, or the generic plan a cached statement may switch to); checks
 /// that it applied to the whole batch and that every scan of `outbox_tasks`
 /// went through the primary key and read no more than the batch.
-async fn writes_by_primary_key(
-    db: &PgTestDb,
+async fn writes_by_primary_key<N: TestNames>(
+    db: &PgTestDbNamed<N>,
     name: &str,
     mode: &str,
     (claimed, batch): (i64, i64),
@@ -90,7 +90,8 @@ async fn writes_by_primary_key(
         Some(batch as f64),
         "{name} ({mode}) applied to other than {batch} rows:\n{plan}"
     );
-    let scans = scans_of(root, "outbox_tasks");
+    let scans = scans_of::<N>(root, "outbox_tasks");
+    let pkey = N::names().table("outbox_tasks_pkey");
     anyhow::ensure!(!scans.is_empty(), "{name} ({mode}) scans nothing:\n{plan}");
     // The batch is read once: a plan that reads it again for every row it
     // updates costs the square of the batch.
@@ -111,7 +112,7 @@ async fn writes_by_primary_key(
         // what bounds the rows read.
         if scan["Node Type"] != "Bitmap Heap Scan" {
             assert_eq!(
-                scan["Index Name"], "outbox_tasks_pkey",
+                scan["Index Name"], *pkey,
                 "{name} ({mode}) reaches rows other than by primary key:\n{plan}"
             );
         }
@@ -127,9 +128,8 @@ async fn writes_by_primary_key(
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn completion_writes_go_by_primary_key_mid_drain() -> anyhow::Result<()> {
-    let db = mid_drain(CLAIMED).await?;
+async fn completion_writes_go_by_primary_key_mid_drain<N: TestNames>() -> anyhow::Result<()> {
+    let db = mid_drain::<N>(CLAIMED).await?;
     for name in ["SUCCEED", "COMPLETE"] {
         for mode in ["force_custom_plan", "force_generic_plan"] {
             writes_by_primary_key(&db, name, mode, (CLAIMED, BATCH)).await?;
@@ -142,9 +142,9 @@ async fn completion_writes_go_by_primary_key_mid_drain() -> anyhow::Result<()> {
 /// of 256 still reaches its rows through the primary key: sized from the
 /// values bound, the custom plans scanned the whole table (COMPLETE) or
 /// read the batch again for every running row (SUCCEED).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn completion_writes_go_by_primary_key_on_a_small_table() -> anyhow::Result<()> {
-    let db = mid_drain(SMALL.0).await?;
+async fn completion_writes_go_by_primary_key_on_a_small_table<N: TestNames>() -> anyhow::Result<()>
+{
+    let db = mid_drain::<N>(SMALL.0).await?;
     for name in ["SUCCEED", "COMPLETE"] {
         for mode in ["force_custom_plan", "force_generic_plan"] {
             writes_by_primary_key(&db, name, mode, SMALL).await?;
@@ -152,3 +152,8 @@ async fn completion_writes_go_by_primary_key_on_a_small_table() -> anyhow::Resul
     }
     Ok(())
 }
+
+diesel_outbox_testkit::each_names!(
+    completion_writes_go_by_primary_key_mid_drain,
+    completion_writes_go_by_primary_key_on_a_small_table,
+);

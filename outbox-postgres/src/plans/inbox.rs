@@ -2,7 +2,7 @@
 //! small table too: EXPLAIN ANALYZE of the real statement, under custom and
 //! generic plans.
 
-use diesel_outbox_testkit::{TestBackend, postgres::PgTestDb};
+use diesel_outbox_testkit::{TestBackend, TestNames, postgres::PgTestDbNamed};
 
 use super::{explain_prepared, rows_read, scans_of};
 use crate::statements::PURGE_INBOX;
@@ -18,7 +18,7 @@ const MARGIN: f64 = 10.0;
 /// from [`ROWS`] records two days old, prepared as the store prepares it
 /// and executed under `mode` (`plan_cache_mode`); checks that it deleted
 /// the batch and that no scan of `outbox_inbox` read more than it.
-async fn purges_by_address(db: &PgTestDb, mode: &str) -> anyhow::Result<()> {
+async fn purges_by_address<N: TestNames>(db: &PgTestDbNamed<N>, mode: &str) -> anyhow::Result<()> {
     let day_in_micros = 86_400_000_000_i64;
     let root = &explain_prepared(
         db,
@@ -28,7 +28,7 @@ async fn purges_by_address(db: &PgTestDb, mode: &str) -> anyhow::Result<()> {
     )
     .await?;
     let plan = serde_json::to_string_pretty(root)?;
-    let scans = scans_of(root, "outbox_inbox");
+    let scans = scans_of::<N>(root, "outbox_inbox");
     let deleting = scans
         .iter()
         .find(|node| node["Node Type"] == "Tid Scan")
@@ -50,9 +50,8 @@ async fn purges_by_address(db: &PgTestDb, mode: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_purge_deletes_by_address_on_a_small_table() -> anyhow::Result<()> {
-    let db = PgTestDb::create("inbox_plan").await?;
+async fn the_purge_deletes_by_address_on_a_small_table<N: TestNames>() -> anyhow::Result<()> {
+    let db = PgTestDbNamed::<N>::create("inbox_plan").await?;
     db.migrate_inbox().await?;
     db.execute_sql(&format!(
         "INSERT INTO outbox_inbox (consumer, message_id, applied_at) \
@@ -67,3 +66,5 @@ async fn the_purge_deletes_by_address_on_a_small_table() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+diesel_outbox_testkit::each_names!(the_purge_deletes_by_address_on_a_small_table);

@@ -7,7 +7,7 @@ mod inbox;
 
 use diesel::{QueryableByName, sql_types::Json};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
-use diesel_outbox_testkit::{TestBackend, postgres::PgTestDb};
+use diesel_outbox_testkit::{TestBackend, TestNames, postgres::PgTestDbNamed};
 use serde_json::Value;
 
 /// The one row `EXPLAIN (FORMAT JSON)` returns.
@@ -28,8 +28,8 @@ impl Explained {
 /// then explains and executes `execute` (an `EXECUTE plan_test(...)`) under
 /// `plan_cache_mode = mode`, in a transaction never committed; returns the
 /// plan's root node.
-pub(crate) async fn explain_prepared(
-    db: &PgTestDb,
+pub(crate) async fn explain_prepared<N: TestNames>(
+    db: &PgTestDbNamed<N>,
     prepare: &str,
     mode: &str,
     execute: &str,
@@ -37,7 +37,9 @@ pub(crate) async fn explain_prepared(
     let mut conn = db.connect().await?;
     conn.begin_test_transaction().await?;
     for sql in [prepare, &format!("SET LOCAL plan_cache_mode = {mode}")] {
-        diesel::sql_query(sql).execute(&mut conn).await?;
+        diesel::sql_query(N::names().render(sql))
+            .execute(&mut conn)
+            .await?;
     }
     let explained: Explained =
         diesel::sql_query(format!("EXPLAIN (ANALYZE, FORMAT JSON) {execute}"))
@@ -78,12 +80,13 @@ pub(crate) fn rows_read(node: &Value) -> f64 {
     per_loop * node["Actual Loops"].as_f64().unwrap_or(1.0)
 }
 
-/// The nodes of `root`'s tree that scan `table` or one of its indexes
-/// (named after it), depth first.
-pub(crate) fn scans_of<'a>(root: &'a Value, table: &str) -> Vec<&'a Value> {
+/// The nodes of `root`'s tree that scan `table` (its default name) or one
+/// of its indexes (named after it), depth first, under the names `N`.
+pub(crate) fn scans_of<'a, N: TestNames>(root: &'a Value, table: &str) -> Vec<&'a Value> {
+    let table = N::names().table(table);
     nodes(root)
         .into_iter()
-        .filter(|node| scans(node, table))
+        .filter(|node| scans(node, &table))
         .collect()
 }
 
