@@ -43,7 +43,7 @@ impl Prepare {
 /// prepared once per connection keeps one text (as a store keeps its
 /// rendered statements). For statements of a few shapes only: each text is
 /// kept for good.
-pub fn named<'a, N: TestNames>(sql: &'a str) -> &'a str {
+pub fn named<N: TestNames>(sql: &str) -> &str {
     let names = N::names();
     if names.is_default() {
         return sql;

@@ -164,7 +164,7 @@ impl<N: TestNames> Raw for MysqlTestDbNamed<N> {
         Ok(diesel::sql_query(
             N::names()
                 .render(
-                    &"SELECT CAST(TIMESTAMPDIFF(MICROSECOND, t.created_at, MIN(d.delivered_at)) \
+                    "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, t.created_at, MIN(d.delivered_at)) \
                  AS SIGNED) AS id \
              FROM deliveries d JOIN outbox_tasks t ON t.id = d.task_id \
              GROUP BY t.id, t.created_at",

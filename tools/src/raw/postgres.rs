@@ -71,8 +71,8 @@ impl<N: TestNames> Raw for PgTestDbNamed<N> {
 
     async fn first_delivery_latencies(&self) -> anyhow::Result<Vec<i64>> {
         let mut conn = self.connect().await?;
-        Ok(diesel::sql_query(N::names().render(&
-            "SELECT (EXTRACT(EPOCH FROM MIN(d.delivered_at) - t.created_at) * 1000000)::bigint \
+        Ok(diesel::sql_query(N::names().render(
+                    "SELECT (EXTRACT(EPOCH FROM MIN(d.delivered_at) - t.created_at) * 1000000)::bigint \
                  AS id \
              FROM deliveries d JOIN outbox_tasks t ON t.id = d.task_id \
              GROUP BY t.id, t.created_at",

@@ -93,7 +93,7 @@ impl<N: TestNames> Raw for SqliteTestDbNamed<N> {
         Ok(diesel::sql_query(
             N::names()
                 .render(
-                    &"SELECT MIN(d.delivered_at) - t.created_at AS id \
+                    "SELECT MIN(d.delivered_at) - t.created_at AS id \
              FROM deliveries d JOIN outbox_tasks t ON t.id = d.task_id \
              GROUP BY t.id, t.created_at",
                 )

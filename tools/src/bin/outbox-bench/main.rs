@@ -407,7 +407,7 @@ async fn backends<N: diesel_outbox_testkit::TestNames>(
             only,
             brokers,
             results,
-            meta.as_deref_mut(),
+            meta,
         )
         .await?;
         #[cfg(not(feature = "sqlite"))]
