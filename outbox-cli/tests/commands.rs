@@ -82,6 +82,33 @@ async fn prefixed<B: TestBackend>(db: &B) -> anyhow::Result<()> {
         "{printed:?}"
     );
 
+    // A third outbox, migrated and reverted through the command alone.
+    let crm = |args: &[&str]| {
+        let mut all = vec!["--table-prefix", "crm_"];
+        all.extend_from_slice(args);
+        outbox(url, &all)
+    };
+    crm(&["stats"]).expect(1);
+    assert!(crm(&["migrate"]).expect(0).stdout.starts_with("applied "));
+    assert_eq!(crm(&["stats", "--json"]).expect(0).json()["available"], 0);
+    let reverted = crm(&["migrate", "--revert", "--yes", "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(
+        reverted["reverted"].as_array().map(Vec::len),
+        Some(B::migration_sql().len())
+    );
+    crm(&["stats"]).expect(1);
+    assert_eq!(
+        prefixed(&["stats", "--json"]).expect(0).json()["available"],
+        1
+    );
+    assert_eq!(
+        db.count_tasks().await?,
+        0,
+        "the default outbox is still there"
+    );
+
     let refused = outbox(url, &["--table-prefix", "Billing", "stats"]).expect(2);
     assert!(refused.stderr.contains("table_prefix"), "{refused:?}");
     assert!(refused.stderr.contains("lower-case"), "{refused:?}");

@@ -189,15 +189,28 @@ async fn the_dashboard_says_which_outbox_it_shows() {
     let names = diesel_outbox_sql::Names::default()
         .with_table_prefix("billing_")
         .unwrap();
-    db.another_outbox(&names).await.unwrap();
+    let billing = db.another_outbox(&names).await.unwrap();
+    let mut conn = db.connect().await.unwrap();
+    let id =
+        diesel_async::AsyncConnection::transaction::<_, anyhow::Error, _>(&mut conn, async |tx| {
+            Ok(billing.enqueue(tx, Task::new(KIND, 1, "{}")).await?)
+        })
+        .await
+        .unwrap();
+    let link = format!("href=\"/tasks/{id}\"");
     let (_default, base) = serve(db.url());
     let (status, page) = http(&base, "GET", "/", &[], "");
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("<code>outbox_tasks</code>"), "{page}");
+    assert!(
+        !page.contains(&link),
+        "the default outbox shows billing's task: {page}"
+    );
     let (_billing, base) = serve_with(db.url(), &["--table-prefix", "billing_"]);
     let (status, page) = http(&base, "GET", "/", &[], "");
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("<code>billing_outbox_tasks</code>"), "{page}");
+    assert!(page.contains(&link), "billing's task is not shown: {page}");
 }
 
 /// Where screenshots go: the workspace's target directory.

@@ -509,8 +509,9 @@ impl Dialect for Postgres {
         Ok(deleted as u64)
     }
 
-    /// With `NOTIFY` on, a connection of the pool listening on
-    /// [`CHANNEL`](crate::CHANNEL) for as long as the stream lives.
+    /// With `NOTIFY` on, a connection of the pool listening on the tasks
+    /// table's channel ([`CHANNEL`](crate::CHANNEL) by default) for as long
+    /// as the stream lives.
     async fn wakeups(&self, pool: &Pool<AsyncPgConnection>) -> Result<Option<Wakeups>> {
         if !self.notify {
             return Ok(None);

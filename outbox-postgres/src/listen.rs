@@ -1,5 +1,6 @@
-//! Wake-ups at commit: a connection listening on [`CHANNEL`](crate::CHANNEL)
-//! for the notifications enqueues send when the store opted in to them.
+//! Wake-ups at commit: a connection listening on the tasks table's channel
+//! ([`CHANNEL`](crate::CHANNEL) by default) for the notifications enqueues
+//! send when the store opted in to them.
 
 use diesel_async::{AsyncPgConnection, SimpleAsyncConnection, pooled_connection::deadpool::Pool};
 use diesel_outbox_core::{Result, Wakeups};

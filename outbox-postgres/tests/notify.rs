@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use diesel::{QueryableByName, sql_types::Bool};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use diesel_outbox_postgres::{
-    PgStore,
+    Names, PgStore,
     outbox::{Registry, Relay, RelayConfig, RelayReport, Store, Task, Worker},
 };
 use diesel_outbox_testkit::{
@@ -53,6 +53,37 @@ async fn notify_wakes_the_relay_long_before_its_poll() {
         "NOTIFY commit-to-handler: median {:?}, max {:?}",
         latencies[10], latencies[19]
     );
+}
+
+/// A store with a table prefix notifies on its own tasks table's channel,
+/// and its relay listens there: a task committed while that relay sleeps
+/// through its 10 s poll is delivered at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefixed_outbox_wakes_its_own_relay() {
+    let db = PgTestDb::create("notify_prefixed")
+        .await
+        .expect("test database");
+    let names = Names::default()
+        .with_table_prefix("billing_")
+        .expect("prefix");
+    let billing = db.another_outbox(&names).await.expect("billing outbox");
+    let relay = relay_with_notify_on(billing).await;
+    let mut conn = db.connect().await.expect("connect");
+    asleep_since_last_check(&mut conn).await;
+    let committed = conn
+        .transaction::<_, anyhow::Error, _>(async |tx| {
+            Ok(relay
+                .store
+                .enqueue(tx, Task::new("order.created", 1, "{}"))
+                .await?)
+        })
+        .await
+        .expect("enqueue");
+    tokio::time::timeout(Duration::from_secs(2), relay.handle.wait_for_successes(1))
+        .await
+        .unwrap_or_else(|_| panic!("the prefixed outbox's task waited for the 10 s poll"));
+    assert_eq!(relay.handle.succeeded_ids(), [committed]);
+    relay.stop().await;
 }
 
 #[derive(QueryableByName)]
@@ -209,7 +240,12 @@ impl NotifiedRelay {
 
 /// Starts a [`NotifiedRelay`] on `db`.
 async fn relay_with_notify(db: &PgTestDb) -> NotifiedRelay {
-    let store: PgStore = db.store().clone().with_notify();
+    relay_with_notify_on(db.store().clone()).await
+}
+
+/// Starts a [`NotifiedRelay`] on `store`.
+async fn relay_with_notify_on(store: PgStore) -> NotifiedRelay {
+    let store: PgStore = store.with_notify();
     let (mock, handle) = handler::recording();
     let registry = Registry::builder()
         .handler("order.created", 1, mock)

@@ -6,8 +6,10 @@
 /// `migrations_inbox/` for the inbox) and defines its public migration API:
 /// `MIGRATIONS`, `run_migrations`, `revert_migrations`, `migration_sql`,
 /// and the same for the inbox (`INBOX_MIGRATIONS`, `run_inbox_migrations`,
-/// `revert_inbox_migrations`, `inbox_migration_sql`), each run under the
-/// backend's migration lock, with tests that the SQL listed is the text of
+/// `revert_inbox_migrations`, `inbox_migration_sql`), and each of those
+/// for an outbox with names of its own (`run_migrations_named`,
+/// `revert_migrations_named`, `migration_sql_named`, and the inbox's),
+/// each run under the backend's migration lock, with tests that the SQL listed is the text of
 /// the migration files. For backend crates; invoke it once, at the crate
 /// root.
 ///
@@ -237,6 +239,32 @@ macro_rules! embed_outbox_migrations {
                         listed,
                         &::std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(folder),
                     );
+                }
+            }
+
+            /// The named migrations for the default names are the embedded
+            /// ones: the same versions, so `run_migrations` and
+            /// `run_migrations_named` with the default names agree.
+            #[test]
+            fn the_default_names_record_the_embedded_versions() {
+                use ::diesel::migration::MigrationSource as _;
+                let versions = |source: &dyn ::diesel::migration::MigrationSource<$backend>| {
+                    let mut versions: Vec<String> = source
+                        .migrations()
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|migration| migration.name().version().to_string())
+                        .collect();
+                    versions.sort();
+                    versions
+                };
+                for (embedded, listed) in [
+                    (&super::MIGRATIONS, super::TASKS_SQL),
+                    (&super::INBOX_MIGRATIONS, super::INBOX_SQL),
+                ] {
+                    let named = $crate::NamedMigrations::new(listed, &$crate::Names::default());
+                    assert_eq!(versions(&named), versions(embedded));
+                    assert!(!versions(&named).is_empty());
                 }
             }
 

@@ -17,16 +17,24 @@ pub struct MetaValue {
     pub value: String,
 }
 
-/// The outbox id [`OUTBOX_ID_SQL`] read; an error naming `outbox_meta`, and
-/// saying how to fix it, when the row is missing or empty.
-pub fn outbox_id(row: Option<MetaValue>) -> Result<OutboxId> {
+/// The outbox id [`OUTBOX_ID_SQL`] read from the outbox called `names`;
+/// an error naming `outbox_meta`, and saying how to fix it (with the table
+/// prefix, if any), when the row is missing or empty.
+pub fn outbox_id(row: Option<MetaValue>, names: &crate::Names) -> Result<OutboxId> {
     match row {
         Some(row) if !row.value.is_empty() => Ok(OutboxId::new(row.value)),
         _ => Err(Error::Config {
             field: "outbox_meta",
-            reason: "the outbox's id (name 'outbox_id') is missing: apply the outbox migrations \
-                     (`outbox migrate`, or run_migrations)"
-                .into(),
+            reason: match names.table_prefix() {
+                "" => "the outbox's id (name 'outbox_id') is missing: apply the outbox migrations \
+                       (`outbox migrate`, or run_migrations)"
+                    .to_owned(),
+                prefix => format!(
+                    "the outbox's id (name 'outbox_id' in {prefix}outbox_meta) is missing: apply \
+                     the outbox migrations (`outbox --table-prefix {prefix} migrate`, or \
+                     run_migrations_named)"
+                ),
+            },
         }),
     }
 }
@@ -48,5 +56,5 @@ where
         .await
         .optional()
         .map_err(classify)?;
-    outbox_id(row)
+    outbox_id(row, names)
 }

@@ -4,10 +4,12 @@
 //! Every statement of a backend is written once with the default names
 //! (`outbox_tasks`, `outbox_ordering_keys`, `outbox_inbox`, `outbox_meta`,
 //! and the indexes and constraints named after them). A store whose names
-//! differ renders each statement's text once, with its names in place, and
-//! keeps it: the names are part of the text each connection prepares, never
-//! bound per call, so a statement keeps its cached, prepared form and its
-//! plan. A name is checked before it is used ([`Names::with_table_prefix`]):
+//! differ renders each fixed statement's text once, with its names in
+//! place, and keeps it ([`Names::sql`]); a statement whose text is built at
+//! run time (a list of ids, a number of rows) is renamed as it is built
+//! ([`Names::rendered`]). Either way the names are part of the text each
+//! connection prepares, never bound per call, so a statement keeps its
+//! cached, prepared form and its plan. A name is checked before it is used ([`Names::with_table_prefix`]):
 //! no statement is ever built from an unchecked string.
 
 use std::{
@@ -87,9 +89,11 @@ impl Names {
     /// These names with every table, index and constraint of the outbox
     /// starting with `prefix` (`billing_` gives `billing_outbox_tasks`).
     /// The prefix is lower-case ASCII letters, digits and `_`, starting
-    /// with a letter, at most [`MAX_TABLE_PREFIX_BYTES`] bytes: a name
-    /// every backend takes unquoted, the same way on every platform. An
-    /// empty prefix gives the default names. Anything else is
+    /// with a letter, at most [`MAX_TABLE_PREFIX_BYTES`] bytes, and not
+    /// itself starting with one of the outbox's [`TABLES`]: a name every
+    /// backend takes unquoted, the same way on every platform, and that no
+    /// renaming mistakes for a default name. An empty prefix gives the
+    /// default names. Anything else is
     /// [`Error::Config`] naming `table_prefix`.
     pub fn with_table_prefix(self, prefix: &str) -> Result<Self> {
         check_prefix(prefix).map_err(|reason| Error::Config {
@@ -216,6 +220,12 @@ fn check_prefix(prefix: &str) -> std::result::Result<(), String> {
             "`{prefix}` holds {bad:?}; only a-z, 0-9 and _ are allowed"
         ));
     }
+    if let Some(table) = TABLES.iter().find(|table| prefix.starts_with(*table)) {
+        return Err(format!(
+            "`{prefix}` starts with the outbox's own table name `{table}`, \
+             which would make its names ambiguous"
+        ));
+    }
     Ok(())
 }
 
@@ -261,7 +271,7 @@ fn rename(text: &str, prefix: &str) -> String {
 /// (comments skipped), that no prefix would rename: each should be empty,
 /// or a second outbox's migration would collide with the first's.
 pub fn unrenamed_names(sql: &str) -> Vec<String> {
-    const KEYWORDS: [&str; 7] = [
+    const KEYWORDS: [&str; 11] = [
         "TABLE",
         "INDEX",
         "CONSTRAINT",
@@ -269,6 +279,10 @@ pub fn unrenamed_names(sql: &str) -> Vec<String> {
         "TRIGGER",
         "SEQUENCE",
         "VIEW",
+        "FUNCTION",
+        "PROCEDURE",
+        "TYPE",
+        "POLICY",
     ];
     let code: String = sql
         .lines()
@@ -287,7 +301,12 @@ pub fn unrenamed_names(sql: &str) -> Vec<String> {
             false => c.len_utf8(),
         };
         let token = &rest[..len];
-        if !token.trim().is_empty() && !matches!(token, "IF" | "NOT" | "EXISTS") {
+        if !token.trim().is_empty()
+            && !matches!(
+                token,
+                "IF" | "NOT" | "EXISTS" | "CONCURRENTLY" | "OR" | "REPLACE"
+            )
+        {
             words.push(token);
         }
         rest = &rest[len..];
@@ -352,8 +371,13 @@ mod tests {
             CREATE TABLE IF NOT EXISTS outbox_tasks (id INT PRIMARY KEY, key VARCHAR(10),\n\
             PRIMARY KEY (id), CONSTRAINT outbox_tasks_id_check CHECK (id > 0));\n\
             CREATE INDEX jobs_idx ON outbox_tasks (id);\n\
+            CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_kind_idx ON outbox_tasks (kind);\n\
+            CREATE OR REPLACE FUNCTION notify_jobs() RETURNS trigger AS $$ SELECT 1 $$;\n\
             CREATE UNIQUE INDEX outbox_tasks_key_idx ON outbox_tasks (key);";
-        assert_eq!(unrenamed_names(sql), ["jobs_idx"]);
+        assert_eq!(
+            unrenamed_names(sql),
+            ["jobs_idx", "jobs_kind_idx", "notify_jobs"]
+        );
     }
 
     #[test]
@@ -375,6 +399,7 @@ mod tests {
             "bill-ing",
             "bill ing",
             "b\"; DROP TABLE outbox_tasks; --",
+            "outbox_tasks_",
             "ünï_",
             "a_prefix_of_21_bytes_",
         ] {

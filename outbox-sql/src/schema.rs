@@ -37,7 +37,10 @@ macro_rules! outbox_schema {
         key_read = $key_read:path,
         time_read = $time_read:path $(,)?
     ) => {
-        /// The diesel schema of the outbox's tables.
+        /// The diesel schema of the outbox's tables, under their default
+        /// names: a store with a table prefix works on other tables (read
+        /// those through the store's listing API, or a `diesel::table!`
+        /// of your own).
         pub mod schema {
             diesel::table! {
                 /// The outbox table ([semantics.md](https://github.com/outbox-rs/outbox/blob/main/docs/semantics.md)).

@@ -85,8 +85,9 @@ impl<D: Dialect> SqlStore<D> {
     /// error naming `table_prefix` for one the database would reject or
     /// need quoted (see [`Names::with_table_prefix`]).
     ///
-    /// Set it once, before the store is cloned or used: clones made before
-    /// keep their names.
+    /// Clones made before keep their names. To share one pool (and on
+    /// SQLite its one write turn) between outboxes, build the others from
+    /// a clone: `store.clone().with_table_prefix("billing_")`.
     pub fn with_table_prefix(self, prefix: &str) -> Result<Self> {
         Ok(self.with_names(Names::default().with_table_prefix(prefix)?))
     }
@@ -152,9 +153,9 @@ pub trait Notify: Dialect {
 
 impl<D: Notify> SqlStore<D> {
     /// Opts in to wake-ups at commit: every transaction that enqueues also
-    /// notifies the relays listening (PostgreSQL: the `outbox_tasks`
-    /// channel), which then deliver within milliseconds instead of at their
-    /// next poll.
+    /// notifies the relays listening (PostgreSQL: the channel named after
+    /// the tasks table, `outbox_tasks` by default), which then deliver
+    /// within milliseconds instead of at their next poll.
     ///
     /// The cost: PostgreSQL serialises committing transactions that notify
     /// (measured here: a one-row business transaction plus enqueue fell from

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use diesel_async::AsyncConnection;
-use diesel_outbox_core::{Inbox, Maintenance, Receipt, Status, Store, Task, TaskId};
+use diesel_outbox_core::{
+    Inbox, Maintenance, PageRequest, Receipt, Status, Store, Task, TaskFilter, TaskId,
+};
 use diesel_outbox_sql::Names;
 use tokio_util::sync::CancellationToken;
 
@@ -44,7 +46,8 @@ async fn record<B: TestBackend>(
 /// The same ordering key and dedup key in both outboxes: neither blocks
 /// nor deduplicates the other's task. A relay on each delivers only its
 /// own outbox's tasks, whose message ids differ even where the task ids
-/// are equal; stats, purges, the inbox and the migrations stay apart.
+/// are equal; listings, stats, purges, the inbox and the migrations stay
+/// apart.
 pub async fn two_outboxes_in_one_database_stay_apart<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let names = Names::default().with_table_prefix(OTHER_PREFIX)?;
     db.migrate_inbox().await?;
@@ -133,6 +136,21 @@ pub async fn two_outboxes_in_one_database_stay_apart<B: TestBackend>(db: &B) -> 
             !message_ids(&their_handle).contains(&id),
             "both outboxes sent {id}"
         );
+    }
+
+    for (outbox, first) in [(&store, 1), (&other, 101)] {
+        let listed = outbox
+            .list(&TaskFilter::new(), &PageRequest::first(10)?)
+            .await?;
+        let mut payloads: Vec<Vec<u8>> = listed
+            .records
+            .iter()
+            .map(|record| record.task.payload.clone())
+            .collect();
+        payloads.sort();
+        let mut expected = vec![task(first).payload, task(first + 1).payload];
+        expected.sort();
+        assert_eq!(payloads, expected, "a listing crossed over");
     }
 
     enqueue(db, &other, vec![task(103)]).await?;

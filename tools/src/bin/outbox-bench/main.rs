@@ -403,11 +403,7 @@ async fn backends<N: diesel_outbox_testkit::TestNames>(
     if matches!(which, Backend::Sqlite | Backend::All) {
         #[cfg(feature = "sqlite")]
         backend::<diesel_outbox_testkit::sqlite::SqliteTestDbNamed<N>>(
-            plan,
-            only,
-            brokers,
-            results,
-            meta,
+            plan, only, brokers, results, meta,
         )
         .await?;
         #[cfg(not(feature = "sqlite"))]
