@@ -165,31 +165,30 @@ impl Backend {
         command: Command,
         out: Output,
     ) -> Result<(), Failure> {
+        // The tasks table the dashboard names.
+        let outbox = names.table("outbox_tasks");
         match self.0 {
             #[cfg(feature = "postgres")]
             BackendKind::Postgres => {
                 let store =
                     diesel_outbox_postgres::PgStore::connect(url, POOL_SIZE)?.with_names(names);
-                let outbox = store.names().table("outbox_tasks");
                 commands::run(store, &outbox, command, out).await
             }
             #[cfg(feature = "mysql")]
             BackendKind::Mysql => {
                 let store =
                     diesel_outbox_mysql::MysqlStore::connect(url, POOL_SIZE)?.with_names(names);
-                let outbox = store.names().table("outbox_tasks");
                 commands::run(store, &outbox, command, out).await
             }
             #[cfg(feature = "sqlite")]
             BackendKind::Sqlite => {
                 let store =
                     diesel_outbox_sqlite::SqliteStore::connect(url, POOL_SIZE)?.with_names(names);
-                let outbox = store.names().table("outbox_tasks");
                 commands::run(store, &outbox, command, out).await
             }
             #[allow(unreachable_patterns)]
             _ => {
-                let _ = (url, names, command, out);
+                let _ = (url, names, outbox, command, out);
                 Err(self.missing())
             }
         }
