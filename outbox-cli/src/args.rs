@@ -17,6 +17,14 @@ fn parse_table_prefix(prefix: &str) -> Result<Names, String> {
         .map_err(|error| error.to_string())
 }
 
+/// `--schema`, or why it cannot be a schema.
+fn parse_schema(schema: &str) -> Result<String, String> {
+    Names::default()
+        .with_schema(schema)
+        .map(|_| schema.to_owned())
+        .map_err(|error| error.to_string())
+}
+
 /// Inspect and repair a transactional outbox: see the backlog, find what
 /// failed and why, requeue or discard it, purge old rows, or serve a small
 /// dashboard.
@@ -40,9 +48,31 @@ pub(crate) struct Cli {
     /// siblings); the default names without it.
     #[arg(long, env = "OUTBOX_TABLE_PREFIX", global = true, value_parser = parse_table_prefix, default_value = "")]
     pub(crate) table_prefix: Names,
+    /// The schema (PostgreSQL) or database (MySQL, MariaDB) the outbox's
+    /// tables are in, for a database that holds several outboxes
+    /// (`billing` works on `billing.outbox_tasks`); with
+    /// `--table-prefix`, the prefixed tables in that schema. Without it, the
+    /// tables the connection finds (PostgreSQL's `search_path`, the URL's
+    /// database). SQLite has no schemas.
+    #[arg(long, env = "OUTBOX_SCHEMA", global = true, value_parser = parse_schema)]
+    pub(crate) schema: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub(crate) command: Command,
+}
+
+impl Cli {
+    /// The outbox's names: `--schema` and `--table-prefix` together, or a
+    /// usage error when they do not fit together.
+    pub(crate) fn names(&self) -> Result<Names, crate::failure::Failure> {
+        let names = self.table_prefix.clone();
+        match &self.schema {
+            None => Ok(names),
+            Some(schema) => names
+                .with_schema(schema)
+                .map_err(|error| crate::failure::Failure::Usage(error.to_string())),
+        }
+    }
 }
 
 /// The subcommands.

@@ -58,22 +58,22 @@ impl Backend {
         match self.0 {
             #[cfg(feature = "postgres")]
             BackendKind::Postgres if inbox => {
-                Ok(diesel_outbox_postgres::inbox_migration_sql_named(names))
+                Ok(diesel_outbox_postgres::inbox_migration_sql_named(names)?)
             }
             #[cfg(feature = "postgres")]
-            BackendKind::Postgres => Ok(diesel_outbox_postgres::migration_sql_named(names)),
+            BackendKind::Postgres => Ok(diesel_outbox_postgres::migration_sql_named(names)?),
             #[cfg(feature = "mysql")]
             BackendKind::Mysql if inbox => {
-                Ok(diesel_outbox_mysql::inbox_migration_sql_named(names))
+                Ok(diesel_outbox_mysql::inbox_migration_sql_named(names)?)
             }
             #[cfg(feature = "mysql")]
-            BackendKind::Mysql => Ok(diesel_outbox_mysql::migration_sql_named(names)),
+            BackendKind::Mysql => Ok(diesel_outbox_mysql::migration_sql_named(names)?),
             #[cfg(feature = "sqlite")]
             BackendKind::Sqlite if inbox => {
-                Ok(diesel_outbox_sqlite::inbox_migration_sql_named(names))
+                Ok(diesel_outbox_sqlite::inbox_migration_sql_named(names)?)
             }
             #[cfg(feature = "sqlite")]
-            BackendKind::Sqlite => Ok(diesel_outbox_sqlite::migration_sql_named(names)),
+            BackendKind::Sqlite => Ok(diesel_outbox_sqlite::migration_sql_named(names)?),
             #[allow(unreachable_patterns)]
             _ => Err(self.missing()),
         }
@@ -166,24 +166,24 @@ impl Backend {
         out: Output,
     ) -> Result<(), Failure> {
         // The tasks table the dashboard names.
-        let outbox = names.table("outbox_tasks");
+        let outbox = names.display_table("outbox_tasks");
         match self.0 {
             #[cfg(feature = "postgres")]
             BackendKind::Postgres => {
                 let store =
-                    diesel_outbox_postgres::PgStore::connect(url, POOL_SIZE)?.with_names(names);
+                    diesel_outbox_postgres::PgStore::connect(url, POOL_SIZE)?.with_names(names)?;
                 commands::run(store, &outbox, command, out).await
             }
             #[cfg(feature = "mysql")]
             BackendKind::Mysql => {
                 let store =
-                    diesel_outbox_mysql::MysqlStore::connect(url, POOL_SIZE)?.with_names(names);
+                    diesel_outbox_mysql::MysqlStore::connect(url, POOL_SIZE)?.with_names(names)?;
                 commands::run(store, &outbox, command, out).await
             }
             #[cfg(feature = "sqlite")]
             BackendKind::Sqlite => {
-                let store =
-                    diesel_outbox_sqlite::SqliteStore::connect(url, POOL_SIZE)?.with_names(names);
+                let store = diesel_outbox_sqlite::SqliteStore::connect(url, POOL_SIZE)?
+                    .with_names(names)?;
                 commands::run(store, &outbox, command, out).await
             }
             #[allow(unreachable_patterns)]

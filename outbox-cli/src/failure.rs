@@ -52,7 +52,11 @@ impl From<Error> for Failure {
             Error::NotFailed { .. } | Error::NotDiscardable { .. } => {
                 Self::Refused(error.to_string())
             }
-            Error::InvalidArgument { .. } => Self::Usage(error.to_string()),
+            Error::InvalidArgument { .. }
+            | Error::Config {
+                field: "schema" | "table_prefix",
+                ..
+            } => Self::Usage(error.to_string()),
             other => Self::Error(other.into()),
         }
     }

@@ -49,11 +49,12 @@ fn report(failure: &Failure) -> ExitCode {
 
 async fn run(cli: Cli) -> Result<(), Failure> {
     let out = Output { json: cli.json };
+    let names = cli.names()?;
     if let Command::Migrate(args) = &cli.command
         && args.print
         && let Some(backend) = args.backend
     {
-        return migrate::run(backend, "", &cli.table_prefix, args, out).await;
+        return migrate::run(backend, "", &names, args, out).await;
     }
     let Some(url) = cli.database_url.as_deref() else {
         return Err(Failure::Usage(
@@ -62,7 +63,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     };
     let backend = Backend::of_url(url)?;
     match cli.command {
-        Command::Migrate(args) => migrate::run(backend, url, &cli.table_prefix, &args, out).await,
-        command => backend.run(url, cli.table_prefix, command, out).await,
+        Command::Migrate(args) => migrate::run(backend, url, &names, &args, out).await,
+        command => backend.run(url, names, command, out).await,
     }
 }

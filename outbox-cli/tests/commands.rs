@@ -29,7 +29,7 @@ async fn migrate<B: TestBackend>(db: &B) -> anyhow::Result<()> {
         .json();
     assert_eq!(
         reverted["reverted"].as_array().map(Vec::len),
-        Some(B::migration_sql().len())
+        Some(B::migration_sql()?.len())
     );
     assert!(db.count_tasks().await.is_err(), "the table is gone");
     let applied = outbox(url, &["migrate"]).expect(0);
@@ -96,7 +96,7 @@ async fn prefixed<B: TestBackend>(db: &B) -> anyhow::Result<()> {
         .json();
     assert_eq!(
         reverted["reverted"].as_array().map(Vec::len),
-        Some(B::migration_sql().len())
+        Some(B::migration_sql()?.len())
     );
     crm(&["stats"]).expect(1);
     assert_eq!(
@@ -112,6 +112,73 @@ async fn prefixed<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let refused = outbox(url, &["--table-prefix", "Billing", "stats"]).expect(2);
     assert!(refused.stderr.contains("table_prefix"), "{refused:?}");
     assert!(refused.stderr.contains("lower-case"), "{refused:?}");
+    Ok(())
+}
+
+/// `--schema`: the command works on the outbox in that schema (on MySQL, a
+/// database), beside the default one, migrates it there and prints its
+/// SQL; SQLite, without schemas, refuses the option as a usage error.
+async fn in_schema<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let url = db.url();
+    let Some(schema) = db.another_schema() else {
+        let refused = outbox(url, &["--schema", "billing", "stats"]).expect(2);
+        assert!(refused.stderr.contains("schema"), "{refused:?}");
+        assert!(
+            refused.stderr.contains("SQLite has no schemas"),
+            "{refused:?}"
+        );
+        return Ok(());
+    };
+    let in_schema = |args: &[&str]| {
+        let mut all = vec!["--schema", schema.as_str()];
+        all.extend_from_slice(args);
+        outbox(url, &all)
+    };
+    in_schema(&["stats"]).expect(1);
+    assert!(
+        in_schema(&["migrate"])
+            .expect(0)
+            .stdout
+            .starts_with("applied ")
+    );
+    let names = diesel_outbox_sql::Names::default().with_schema(&schema)?;
+    let billing = db.another_outbox(&names).await?;
+    let mut conn = db.connect().await?;
+    diesel_async::AsyncConnection::transaction::<_, anyhow::Error, _>(&mut conn, async |tx| {
+        billing.enqueue(tx, Task::new(KIND, 1, "{}")).await?;
+        Ok(())
+    })
+    .await?;
+    assert_eq!(
+        in_schema(&["stats", "--json"]).expect(0).json()["available"],
+        1
+    );
+    assert_eq!(
+        outbox(url, &["stats", "--json"]).expect(0).json()["available"],
+        0
+    );
+    let printed = in_schema(&["migrate", "--print"]).expect(0);
+    assert!(
+        printed.stdout.contains("CREATE SCHEMA IF NOT EXISTS")
+            && printed.stdout.contains(&format!("{schema}")),
+        "{printed:?}"
+    );
+    let reverted = in_schema(&["migrate", "--revert", "--yes", "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(
+        reverted["reverted"].as_array().map(Vec::len),
+        Some(B::migration_sql()?.len())
+    );
+    in_schema(&["stats"]).expect(1);
+    assert_eq!(
+        db.count_tasks().await?,
+        0,
+        "the default outbox is still there"
+    );
+
+    let refused = outbox(url, &["--schema", "pg_catalog", "stats"]).expect(2);
+    assert!(refused.stderr.contains("schema"), "{refused:?}");
     Ok(())
 }
 
@@ -475,6 +542,24 @@ async fn sqlite_unreadable_rows_are_listed_shown_and_discarded() {
     unreadable(&db, &url).await.unwrap();
 }
 
+/// `--schema` on SQLite, which has no schemas: a usage error that says so,
+/// for reads and for `migrate --print` alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_refuses_a_schema() {
+    let db = diesel_outbox_testkit::sqlite::SqliteTestDb::create("cli_sqlite_schema")
+        .await
+        .unwrap();
+    let url = format!("sqlite://{}", db.url());
+    for args in [
+        &["--schema", "billing", "stats"][..],
+        &["--schema", "billing", "migrate", "--print"],
+    ] {
+        let refused = outbox(&url, args).expect(2);
+        assert!(refused.stderr.contains("schema"), "{refused:?}");
+        assert!(refused.stderr.contains("SQLite has no schemas"), "{refused:?}");
+    }
+}
+
 macro_rules! each_backend {
     ($($name:ident => $scenario:ident),* $(,)?) => {
         mod postgres {
@@ -507,4 +592,5 @@ each_backend! {
     bad_urls_and_values_exit_with_their_codes => bad_databases,
     unreadable_rows_are_listed_shown_and_discarded => unreadable_on_server,
     a_table_prefix_picks_one_of_two_outboxes => prefixed,
+    a_schema_picks_the_outbox_in_it => in_schema,
 }

@@ -211,6 +211,19 @@ async fn the_dashboard_says_which_outbox_it_shows() {
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("<code>billing_outbox_tasks</code>"), "{page}");
     assert!(page.contains(&link), "billing's task is not shown: {page}");
+
+    let schema = diesel_outbox_sql::Names::default()
+        .with_schema("crm")
+        .unwrap();
+    db.another_outbox(&schema).await.unwrap();
+    let (_crm, base) = serve_with(db.url(), &["--schema", "crm"]);
+    let (status, page) = http(&base, "GET", "/", &[], "");
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("<code>crm.outbox_tasks</code>"), "{page}");
+    assert!(
+        !page.contains(&link),
+        "crm's outbox shows billing's task: {page}"
+    );
 }
 
 /// Where screenshots go: the workspace's target directory.

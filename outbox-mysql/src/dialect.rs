@@ -257,9 +257,10 @@ impl Dialect for Mysql {
     }
 
     /// The insert shapes kept so far were chosen for the old names' text.
-    fn set_names(&mut self, names: Names) {
-        self.names = names;
+    fn set_names(&mut self, names: Names) -> Result<()> {
+        self.names = names.for_backend(diesel_outbox_sql::BackendKind::Mysql)?;
         self.inserts = Arc::default();
+        Ok(())
     }
 
     fn error(error: diesel::result::Error) -> Error {
@@ -326,7 +327,9 @@ impl Dialect for Mysql {
             .load(&mut *conn)
             .await
             .map_err(mysql_error)?;
-        let table: Option<Count> = diesel::sql_query(&*self.sql(sql::TABLE_ROWS))
+        let table: Option<Count> = diesel::sql_query(sql::TABLE_ROWS)
+            .bind::<Nullable<Text>, _>(self.names.schema())
+            .bind::<Text, _>(self.names.table("outbox_tasks"))
             .get_result(&mut *conn)
             .await
             .optional()

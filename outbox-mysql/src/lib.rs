@@ -97,6 +97,7 @@ pub type MysqlStore = diesel_outbox_sql::SqlStore<Mysql>;
 diesel_outbox_sql::embed_outbox_migrations! {
     crate = "diesel_outbox_mysql",
     backend = diesel::mysql::Mysql,
+    kind = diesel_outbox_sql::BackendKind::Mysql,
     lock = migration_lock::UserLock::default(),
     lock_doc = "Safe to call from many instances at once: the run holds the \
         user-level lock `outbox_migrations:<database>` (`GET_LOCK`), so concurrent \

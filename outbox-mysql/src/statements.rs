@@ -371,11 +371,14 @@ SELECT status, COUNT(*) AS n FROM outbox_tasks
 WHERE status IN ('available', 'waiting', 'running', 'blocked', 'failed', 'discarded')
 GROUP BY status";
 
-/// The server's estimate of the table's rows.
+/// The server's estimate of the rows of the table bound second (the tasks
+/// table's name), in the database bound first (its schema) or, for NULL,
+/// the current one: bound, since a name in a string would be renamed as a
+/// table is, with its schema before it.
 pub(crate) const TABLE_ROWS: &str = "\
 SELECT 'table' AS status, CAST(COALESCE(TABLE_ROWS, 0) AS SIGNED) AS n
 FROM information_schema.TABLES
-WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'outbox_tasks'";
+WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?";
 
 /// The exact count of succeeded rows, on a small table.
 pub(crate) const COUNT_SUCCEEDED: &str =

@@ -208,7 +208,7 @@ pub(crate) async fn insert(
         "INSERT INTO {} (kind, version, payload, headers, ordering_key, max_attempts, \
          next_attempt_at, status, expires_at) \
          SELECT {} FROM unnest({}) WITH ORDINALITY AS i({}, ord) ORDER BY ord RETURNING id",
-        names.table("outbox_tasks"),
+        names.render("outbox_tasks"),
         b.exprs.join(", "),
         b.arrays.join(", "),
         b.aliases.join(", "),

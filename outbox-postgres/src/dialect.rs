@@ -136,8 +136,9 @@ impl Dialect for Postgres {
         &self.names
     }
 
-    fn set_names(&mut self, names: Names) {
-        self.names = names;
+    fn set_names(&mut self, names: Names) -> Result<()> {
+        self.names = names.for_backend(diesel_outbox_sql::BackendKind::Postgres)?;
+        Ok(())
     }
 
     fn error(error: diesel::result::Error) -> Error {

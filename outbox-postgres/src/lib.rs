@@ -81,6 +81,7 @@ pub type PgStore = diesel_outbox_sql::SqlStore<Postgres>;
 diesel_outbox_sql::embed_outbox_migrations! {
     crate = "diesel_outbox_postgres",
     backend = diesel::pg::Pg,
+    kind = diesel_outbox_sql::BackendKind::Postgres,
     lock = migration_lock::AdvisoryLock,
     lock_doc = "Safe to call from many instances at once: the run holds a session \
         advisory lock (`pg_advisory_lock`, with a fixed key derived from the name \

@@ -4,10 +4,11 @@
 mod conformance {
     diesel_outbox_testkit::conformance_tests!(diesel_outbox_testkit::postgres::PgTestDb);
 }
-/// The same suite on an outbox whose tables have a prefix of the user's.
+/// The same suite on an outbox in a schema of its own, its tables with a
+/// prefix of the user's.
 mod conformance_tenant {
     diesel_outbox_testkit::conformance_tests!(
-        diesel_outbox_testkit::postgres::PgTestDbNamed<diesel_outbox_testkit::TenantNames>
+        diesel_outbox_testkit::postgres::PgTestDbNamed<diesel_outbox_testkit::SchemaTenantNames>
     );
 }
 mod migration_lock;

@@ -60,12 +60,24 @@ async fn notify_wakes_the_relay_long_before_its_poll() {
 /// through its 10 s poll is delivered at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prefixed_outbox_wakes_its_own_relay() {
-    let db = PgTestDb::create("notify_prefixed")
-        .await
-        .expect("test database");
     let names = Names::default()
         .with_table_prefix("billing_")
         .expect("prefix");
+    wakes_its_own_relay("notify_prefixed", names).await;
+}
+
+/// The same for an outbox in a schema of its own, whose channel holds the
+/// quoted schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_in_a_schema_wakes_its_own_relay() {
+    let names = Names::default().with_schema("billing").expect("schema");
+    wakes_its_own_relay("notify_schema", names).await;
+}
+
+/// A task enqueued on the outbox called `names`, committed while its relay
+/// sleeps through a 10 s poll, is delivered within 2 s.
+async fn wakes_its_own_relay(test: &str, names: Names) {
+    let db = PgTestDb::create(test).await.expect("test database");
     let billing = db.another_outbox(&names).await.expect("billing outbox");
     let relay = relay_with_notify_on(billing).await;
     let mut conn = db.connect().await.expect("connect");
@@ -81,7 +93,7 @@ async fn a_prefixed_outbox_wakes_its_own_relay() {
         .expect("enqueue");
     tokio::time::timeout(Duration::from_secs(2), relay.handle.wait_for_successes(1))
         .await
-        .unwrap_or_else(|_| panic!("the prefixed outbox's task waited for the 10 s poll"));
+        .unwrap_or_else(|_| panic!("the task of {names:?} waited for the 10 s poll"));
     assert_eq!(relay.handle.succeeded_ids(), [committed]);
     relay.stop().await;
 }

@@ -213,9 +213,11 @@ pub trait Dialect: Clone + Send + Sync + Sized + 'static {
     /// The names of the outbox's tables this dialect's statements use.
     fn names(&self) -> &Names;
 
-    /// Makes this dialect's statements use `names` from now on; state kept
-    /// for the names it used before (prepared shapes) is dropped.
-    fn set_names(&mut self, names: Names);
+    /// Makes this dialect's statements use `names` from now on, as its
+    /// backend writes them ([`Names::for_backend`], whose error this
+    /// returns, leaving the names as they were); state kept for the names it
+    /// used before (prepared shapes) is dropped.
+    fn set_names(&mut self, names: Names) -> Result<()>;
 
     /// The statement `template` (written with the default names) with this
     /// dialect's [`names`](Dialect::names): see [`Names::sql`].

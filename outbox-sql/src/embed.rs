@@ -9,12 +9,14 @@
 /// `revert_inbox_migrations`, `inbox_migration_sql`), and each of those
 /// for an outbox with names of its own (`run_migrations_named`,
 /// `revert_migrations_named`, `migration_sql_named`, and the inbox's),
-/// each run under the backend's migration lock, with tests that the SQL listed is the text of
-/// the migration files. For backend crates; invoke it once, at the crate
+/// each run under the backend's migration lock (the named ones return
+/// [`Error::Config`](diesel_outbox_core::Error::Config) for names the
+/// backend cannot take, such as a schema on SQLite), with tests that the
+/// SQL listed is the text of the migration files. For backend crates; invoke it once, at the crate
 /// root.
 ///
 /// - `crate`: the crate's name, for the examples;
-/// - `backend`: its diesel backend;
+/// - `backend`: its diesel backend, and `kind`: its [`BackendKind`](crate::BackendKind);
 /// - `lock`: an expression for the [`MigrationLock`](crate::MigrationLock)
 ///   a run holds, and `lock_doc`: what that lock is, for the docs.
 ///
@@ -25,11 +27,12 @@ macro_rules! embed_outbox_migrations {
     (
         crate = $krate:literal,
         backend = $backend:ty,
+        kind = $kind:expr,
         lock = $lock:expr,
         lock_doc = $lock_doc:literal $(,)?
     ) => {
         $crate::embed_outbox_migrations! {
-            @embed $krate, $backend, $lock, $lock_doc,
+            @embed $krate, $backend, $kind, $lock, $lock_doc,
             tasks = [
                 "2026-11-29-000000_create_outbox_tasks",
                 "2026-12-01-000000_outbox_identity",
@@ -38,7 +41,7 @@ macro_rules! embed_outbox_migrations {
         }
     };
     (
-        @embed $krate:literal, $backend:ty, $lock:expr, $lock_doc:literal,
+        @embed $krate:literal, $backend:ty, $kind:expr, $lock:expr, $lock_doc:literal,
         tasks = [$($task:literal),+ $(,)?],
         inbox = [$($inbox:literal),+ $(,)?] $(,)?
     ) => {
@@ -131,7 +134,7 @@ macro_rules! embed_outbox_migrations {
         where
             C: ::diesel_async::AsyncConnection<Backend = $backend> + 'static,
         {
-            $crate::run_migrations(conn, $crate::NamedMigrations::new(TASKS_SQL, names), $lock).await
+            $crate::run_migrations(conn, $crate::NamedMigrations::new(TASKS_SQL, names, $kind)?, $lock).await
         }
 
         /// [`revert_migrations`] for the outbox called `names`: only its own
@@ -143,7 +146,7 @@ macro_rules! embed_outbox_migrations {
         where
             C: ::diesel_async::AsyncConnection<Backend = $backend> + 'static,
         {
-            $crate::revert_migrations(conn, $crate::NamedMigrations::new(TASKS_SQL, names), $lock).await
+            $crate::revert_migrations(conn, $crate::NamedMigrations::new(TASKS_SQL, names, $kind)?, $lock).await
         }
 
         /// [`migration_sql`] for the outbox called `names`: the text
@@ -153,12 +156,15 @@ macro_rules! embed_outbox_migrations {
         #[doc = concat!("use ", $krate, "::Names;")]
         ///
         /// let names = Names::default().with_table_prefix("billing_").unwrap();
-        #[doc = concat!("let sql = ", $krate, "::migration_sql_named(&names);")]
+        #[doc = concat!("let sql = ", $krate, "::migration_sql_named(&names)?;")]
         /// assert!(sql[0].up().contains("CREATE TABLE billing_outbox_tasks"));
         /// assert!(sql[0].version().ends_with("billing."));
+        /// # Ok::<(), diesel_outbox_core::Error>(())
         /// ```
-        pub fn migration_sql_named(names: &$crate::Names) -> Vec<$crate::MigrationSql> {
-            $crate::NamedMigrations::new(TASKS_SQL, names).sql().to_vec()
+        pub fn migration_sql_named(
+            names: &$crate::Names,
+        ) -> ::diesel_outbox_core::Result<Vec<$crate::MigrationSql>> {
+            Ok($crate::NamedMigrations::new(TASKS_SQL, names, $kind)?.sql().to_vec())
         }
 
         /// [`run_inbox_migrations`] for the inbox of the outbox called
@@ -170,7 +176,7 @@ macro_rules! embed_outbox_migrations {
         where
             C: ::diesel_async::AsyncConnection<Backend = $backend> + 'static,
         {
-            $crate::run_migrations(conn, $crate::NamedMigrations::new(INBOX_SQL, names), $lock).await
+            $crate::run_migrations(conn, $crate::NamedMigrations::new(INBOX_SQL, names, $kind)?, $lock).await
         }
 
         /// [`revert_inbox_migrations`] for the inbox of the outbox called
@@ -182,12 +188,14 @@ macro_rules! embed_outbox_migrations {
         where
             C: ::diesel_async::AsyncConnection<Backend = $backend> + 'static,
         {
-            $crate::revert_migrations(conn, $crate::NamedMigrations::new(INBOX_SQL, names), $lock).await
+            $crate::revert_migrations(conn, $crate::NamedMigrations::new(INBOX_SQL, names, $kind)?, $lock).await
         }
 
         /// [`inbox_migration_sql`] for the inbox of the outbox called `names`.
-        pub fn inbox_migration_sql_named(names: &$crate::Names) -> Vec<$crate::MigrationSql> {
-            $crate::NamedMigrations::new(INBOX_SQL, names).sql().to_vec()
+        pub fn inbox_migration_sql_named(
+            names: &$crate::Names,
+        ) -> ::diesel_outbox_core::Result<Vec<$crate::MigrationSql>> {
+            Ok($crate::NamedMigrations::new(INBOX_SQL, names, $kind)?.sql().to_vec())
         }
 
         /// Applies every pending inbox migration and returns the versions
@@ -262,7 +270,8 @@ macro_rules! embed_outbox_migrations {
                     (&super::MIGRATIONS, super::TASKS_SQL),
                     (&super::INBOX_MIGRATIONS, super::INBOX_SQL),
                 ] {
-                    let named = $crate::NamedMigrations::new(listed, &$crate::Names::default());
+                    let named = $crate::NamedMigrations::new(listed, &$crate::Names::default(), $kind)
+                        .unwrap_or_else(|error| panic!("{error}"));
                     assert_eq!(versions(&named), versions(embedded));
                     assert!(!versions(&named).is_empty());
                 }

@@ -19,21 +19,33 @@ pub struct MetaValue {
 
 /// The outbox id [`OUTBOX_ID_SQL`] read from the outbox called `names`;
 /// an error naming `outbox_meta`, and saying how to fix it (with the table
-/// prefix, if any), when the row is missing or empty.
+/// schema and prefix, if any), when the row is missing or empty.
 pub fn outbox_id(row: Option<MetaValue>, names: &crate::Names) -> Result<OutboxId> {
     match row {
         Some(row) if !row.value.is_empty() => Ok(OutboxId::new(row.value)),
         _ => Err(Error::Config {
             field: "outbox_meta",
-            reason: match names.table_prefix() {
-                "" => "the outbox's id (name 'outbox_id') is missing: apply the outbox migrations \
-                       (`outbox migrate`, or run_migrations)"
-                    .to_owned(),
-                prefix => format!(
-                    "the outbox's id (name 'outbox_id' in {prefix}outbox_meta) is missing: apply \
-                     the outbox migrations (`outbox --table-prefix {prefix} migrate`, or \
-                     run_migrations_named)"
-                ),
+            reason: match names.is_default() {
+                true => {
+                    "the outbox's id (name 'outbox_id') is missing: apply the outbox migrations \
+                         (`outbox migrate`, or run_migrations)"
+                        .to_owned()
+                }
+                false => {
+                    let schema = names
+                        .schema()
+                        .map(|schema| format!(" --schema {schema}"))
+                        .unwrap_or_default();
+                    let prefix = match names.table_prefix() {
+                        "" => String::new(),
+                        prefix => format!(" --table-prefix {prefix}"),
+                    };
+                    format!(
+                        "the outbox's id (name 'outbox_id' in {}) is missing: apply the outbox \
+                         migrations (`outbox{schema}{prefix} migrate`, or run_migrations_named)",
+                        names.display_table("outbox_meta")
+                    )
+                }
             },
         }),
     }

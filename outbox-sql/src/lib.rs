@@ -58,7 +58,9 @@ pub use identity::{MetaValue, OUTBOX_ID_SQL, outbox_id, read_outbox_id};
 pub use migrate::{revert_migrations, run_migrations};
 pub use migration_lock::{MigrationConnection, MigrationLock};
 pub use migration_sql::{MigrationSql, NamedMigrations};
-pub use names::{MAX_TABLE_PREFIX_BYTES, Names, Sql, TABLES, unrenamed_names};
+pub use names::{
+    MAX_SCHEMA_AND_PREFIX_BYTES, MAX_TABLE_PREFIX_BYTES, Names, Sql, TABLES, unrenamed_names,
+};
 pub use optional_fields::optional_fields;
 pub use pool::build_pool;
 pub use pooled::with_conn;

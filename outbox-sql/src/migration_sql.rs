@@ -12,7 +12,9 @@ use diesel::{
     },
 };
 
-use crate::Names;
+use diesel_outbox_core::Result;
+
+use crate::{BackendKind, Names};
 
 /// One migration a backend crate ships: its name and the SQL of its
 /// `up.sql` and `down.sql`, exactly as in the crate's `migrations/` folder,
@@ -29,6 +31,15 @@ use crate::Names;
 /// assert_eq!(billing.name(), "2026-11-29-000000-billing._create_things");
 /// assert_eq!(billing.version(), "20261129000000billing.");
 /// assert_eq!(billing.up(), "CREATE TABLE billing_outbox_tasks (id INT);");
+///
+/// let schema = Names::default().with_schema("billing").unwrap();
+/// let in_schema = sql.named(&schema);
+/// assert_eq!(in_schema.version(), "20261129000000billing+");
+/// assert_eq!(
+///     in_schema.up(),
+///     "CREATE SCHEMA IF NOT EXISTS \"billing\";\nCREATE TABLE \"billing\".outbox_tasks (id INT);"
+/// );
+/// assert_eq!(in_schema.down(), "DROP TABLE \"billing\".outbox_tasks;");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MigrationSql {
@@ -51,20 +62,32 @@ impl MigrationSql {
     /// This migration as the outbox called `names` runs it: its SQL with
     /// every table, index and constraint renamed, under a name and version
     /// of its own, so that each outbox in a database is migrated and
-    /// reverted on its own. The name is the timestamp, `-`, the table
-    /// prefix with each `_` written `.`, then the rest of the name
-    /// (`2026-11-29-000000-billing._create_outbox_tasks`): a folder of that
-    /// name in an application's own migrations records the same version as
-    /// the store's run. The default names give the migration unchanged.
+    /// reverted on its own. The name is the timestamp, `-`, the schema and
+    /// `+` if there is one, the table prefix, each `_` of both written `.`,
+    /// then the rest of the name
+    /// (`2026-11-29-000000-billing+t._create_outbox_tasks` for the schema
+    /// `billing` and the prefix `t_`): a folder of that name in an
+    /// application's own migrations records the same version as the
+    /// store's run. A migration into a schema creates it first when it is
+    /// missing; reverting leaves it. The default names give the migration
+    /// unchanged.
     pub fn named(&self, names: &Names) -> Self {
         if names.is_default() {
             return self.clone();
         }
         let (stamp, rest) = self.name.split_once('_').unwrap_or((&self.name, ""));
+        let schema = names
+            .schema()
+            .map(|schema| format!("{}+", schema.replace('_', ".")))
+            .unwrap_or_default();
         let prefix = names.table_prefix().replace('_', ".");
+        let up = names.render(&self.up);
         Self {
-            name: Cow::Owned(format!("{stamp}-{prefix}_{rest}")),
-            up: Cow::Owned(names.render(&self.up).into_owned()),
+            name: Cow::Owned(format!("{stamp}-{schema}{prefix}_{rest}")),
+            up: Cow::Owned(match names.create_schema_sql() {
+                Some(create) => format!("{create}{up}"),
+                None => up.into_owned(),
+            }),
             down: Cow::Owned(names.render(&self.down).into_owned()),
         }
     }
@@ -77,8 +100,9 @@ impl MigrationSql {
     /// The version diesel records for it in `__diesel_schema_migrations`,
     /// read from the name as diesel reads a folder's: what comes before the
     /// first `_`, without its `-` (`20261129000000`, or
-    /// `20261129000000billing.` for the prefix `billing_`). A prefix starts
-    /// with a letter, so no two prefixes give one version.
+    /// `20261129000000billing.` for the prefix `billing_`,
+    /// `20261129000000billing+` for the schema `billing`). A prefix starts
+    /// with a letter and holds no `+`, so no two outboxes give one version.
     pub fn version(&self) -> String {
         let stamp = self.name.split('_').next().unwrap_or(&self.name);
         stamp.replace('-', "")
@@ -104,11 +128,14 @@ pub struct NamedMigrations {
 }
 
 impl NamedMigrations {
-    /// `migrations` (a backend's [`MigrationSql`] list) with `names`.
-    pub fn new(migrations: &[MigrationSql], names: &Names) -> Self {
-        Self {
-            migrations: migrations.iter().map(|sql| sql.named(names)).collect(),
-        }
+    /// `migrations` (a [`MigrationSql`] list of `backend`) with `names`,
+    /// as `backend` writes them ([`Names::for_backend`], whose error this
+    /// returns).
+    pub fn new(migrations: &[MigrationSql], names: &Names, backend: BackendKind) -> Result<Self> {
+        let names = names.clone().for_backend(backend)?;
+        Ok(Self {
+            migrations: migrations.iter().map(|sql| sql.named(&names)).collect(),
+        })
     }
 
     /// The migrations, oldest first.

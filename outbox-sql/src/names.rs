@@ -9,8 +9,9 @@
 //! run time (a list of ids, a number of rows) is renamed as it is built
 //! ([`Names::rendered`]). Either way the names are part of the text each
 //! connection prepares, never bound per call, so a statement keeps its
-//! cached, prepared form and its plan. A name is checked before it is used ([`Names::with_table_prefix`]):
-//! no statement is ever built from an unchecked string.
+//! cached, prepared form and its plan. A name is checked before it is used
+//! ([`Names::with_table_prefix`], [`Names::with_schema`]): no statement is
+//! ever built from an unchecked string.
 
 use std::{
     borrow::Cow,
@@ -20,6 +21,8 @@ use std::{
 };
 
 use diesel_outbox_core::{Error, Result};
+
+use crate::BackendKind;
 
 /// The tables an outbox owns, under their default names. Every other name
 /// of the outbox (an index, a constraint, a sequence) starts with one of
@@ -38,24 +41,41 @@ pub const TABLES: [&str; 4] = [
 /// MySQL).
 pub const MAX_TABLE_PREFIX_BYTES: usize = 20;
 
+/// The most bytes a schema and a table prefix take together: diesel
+/// records a migration's version in a `VARCHAR(50)`, and an outbox's
+/// versions hold both after the migration's 14-digit stamp and a
+/// separator ([`MigrationSql::named`](crate::MigrationSql::named)).
+pub const MAX_SCHEMA_AND_PREFIX_BYTES: usize = 35;
+
 /// The names of one outbox's objects in its database: the defaults, or
-/// each one with a prefix of the user's ([`with_table_prefix`]), so that
-/// several outboxes live side by side in one database without seeing each
-/// other. Clones share the statements rendered so far.
+/// each one with a prefix of the user's ([`with_table_prefix`]), or its
+/// tables in a schema of their own ([`with_schema`]: a PostgreSQL schema, a
+/// MySQL database), or both, so that several outboxes live side by side in
+/// one database without seeing each other. Clones share the statements
+/// rendered so far.
 ///
 /// ```
 /// use diesel_outbox_sql::Names;
 ///
-/// let names = Names::default().with_table_prefix("billing_").unwrap();
+/// let names = Names::default().with_table_prefix("billing_")?;
 /// assert_eq!(names.table("outbox_tasks"), "billing_outbox_tasks");
 /// assert_eq!(
 ///     &*names.sql("SELECT id FROM outbox_tasks t WHERE t.id = $1"),
 ///     "SELECT id FROM billing_outbox_tasks t WHERE t.id = $1",
 /// );
 /// assert!(Names::default().with_table_prefix("Billing").is_err());
+///
+/// let billing = Names::default().with_schema("billing")?;
+/// assert_eq!(
+///     &*billing.sql("SELECT id FROM outbox_tasks t WHERE t.id = $1"),
+///     r#"SELECT id FROM "billing".outbox_tasks t WHERE t.id = $1"#,
+/// );
+/// assert_eq!(billing.display_table("outbox_tasks"), "billing.outbox_tasks");
+/// # Ok::<(), diesel_outbox_core::Error>(())
 /// ```
 ///
 /// [`with_table_prefix`]: Names::with_table_prefix
+/// [`with_schema`]: Names::with_schema
 #[derive(Clone, Default)]
 pub struct Names {
     /// `None` for the default names, whose statements are their templates.
@@ -66,12 +86,28 @@ pub struct Names {
 /// with them, keyed by the address and length of their templates.
 struct Named {
     prefix: String,
+    schema: Option<String>,
+    /// The character the backend quotes an identifier with (`"`, or `` ` ``
+    /// on MySQL): the schema is written quoted, so that no keyword of any
+    /// backend is refused as one.
+    quote: char,
     rendered: RwLock<HashMap<(usize, usize), Arc<str>>>,
+}
+
+impl Named {
+    /// What each table name is written after: the quoted schema and a dot.
+    fn qualifier(&self) -> Option<String> {
+        let quote = self.quote;
+        self.schema
+            .as_deref()
+            .map(|schema| format!("{quote}{schema}{quote}."))
+    }
 }
 
 impl std::fmt::Debug for Names {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Names")
+            .field("schema", &self.schema())
             .field("table_prefix", &self.table_prefix())
             .finish()
     }
@@ -79,7 +115,7 @@ impl std::fmt::Debug for Names {
 
 impl PartialEq for Names {
     fn eq(&self, other: &Self) -> bool {
-        self.table_prefix() == other.table_prefix()
+        self.table_prefix() == other.table_prefix() && self.schema() == other.schema()
     }
 }
 
@@ -89,26 +125,103 @@ impl Names {
     /// These names with every table, index and constraint of the outbox
     /// starting with `prefix` (`billing_` gives `billing_outbox_tasks`).
     /// The prefix is lower-case ASCII letters, digits and `_`, starting
-    /// with a letter, at most [`MAX_TABLE_PREFIX_BYTES`] bytes, and not
-    /// itself starting with one of the outbox's [`TABLES`]: a name every
-    /// backend takes unquoted, the same way on every platform, and that no
-    /// renaming mistakes for a default name. An empty prefix gives the
-    /// default names. Anything else is
-    /// [`Error::Config`] naming `table_prefix`.
+    /// with a letter, at most [`MAX_TABLE_PREFIX_BYTES`] bytes (and at most
+    /// [`MAX_SCHEMA_AND_PREFIX_BYTES`] with the schema), and not itself
+    /// starting with one of the outbox's [`TABLES`]: a name every backend
+    /// takes unquoted, the same way on every platform, and that no renaming
+    /// mistakes for a default name. An empty prefix gives the tables their
+    /// default names. Anything else is [`Error::Config`] naming
+    /// `table_prefix`.
     pub fn with_table_prefix(self, prefix: &str) -> Result<Self> {
-        check_prefix(prefix).map_err(|reason| Error::Config {
-            field: "table_prefix",
-            reason,
-        })?;
-        Ok(match prefix {
-            "" => Self::default(),
-            _ => Self {
-                named: Some(Arc::new(Named {
-                    prefix: prefix.to_owned(),
-                    rendered: RwLock::default(),
-                })),
-            },
+        let schema = self.schema().map(str::to_owned);
+        check_prefix(prefix)
+            .and_then(|()| check_lengths(schema.as_deref(), prefix))
+            .map_err(|reason| Error::Config {
+                field: "table_prefix",
+                reason,
+            })?;
+        Ok(self.rebuilt(prefix.to_owned(), schema))
+    }
+
+    /// These names with the outbox's tables in the schema `schema` (on
+    /// MySQL and MariaDB, a database): `billing` gives
+    /// `"billing".outbox_tasks`, its indexes and constraints in that schema
+    /// under their usual names. The outbox's migrations create the schema
+    /// when it is missing and leave it in place when reverted. The schema
+    /// follows the rules of a table prefix (lower-case a-z, 0-9 and `_`,
+    /// starting with a letter), is at most [`MAX_SCHEMA_AND_PREFIX_BYTES`]
+    /// bytes with the prefix, and is none of the servers' own
+    /// (`information_schema`, `pg_*`, `mysql`, `performance_schema`, `sys`);
+    /// it is written quoted, so a keyword is a schema like any other. An
+    /// empty schema puts the tables back where the connection finds them
+    /// (PostgreSQL's `search_path`, MySQL's current database). Anything
+    /// else is [`Error::Config`] naming `schema`; SQLite, which has no
+    /// schemas, refuses any when a store takes these names.
+    pub fn with_schema(self, schema: &str) -> Result<Self> {
+        let prefix = self.table_prefix().to_owned();
+        check_schema(schema)
+            .and_then(|()| check_lengths(Some(schema), &prefix))
+            .map_err(|reason| Error::Config {
+                field: "schema",
+                reason,
+            })?;
+        let schema = (!schema.is_empty()).then(|| schema.to_owned());
+        Ok(self.rebuilt(prefix, schema))
+    }
+
+    /// These names as `backend` writes them (its identifier quote), or
+    /// [`Error::Config`] naming `schema` for a schema on SQLite. A store
+    /// calls it on the names it is given.
+    pub fn for_backend(self, backend: BackendKind) -> Result<Self> {
+        let quote = match backend {
+            BackendKind::Mysql => '`',
+            BackendKind::Postgres | BackendKind::Sqlite => '"',
+        };
+        let Some(named) = &self.named else {
+            return Ok(self);
+        };
+        if backend == BackendKind::Sqlite && named.schema.is_some() {
+            return Err(Error::Config {
+                field: "schema",
+                reason: "SQLite has no schemas: give the outbox a table prefix, \
+                         or a database file of its own"
+                    .to_owned(),
+            });
+        }
+        if named.quote == quote {
+            return Ok(self);
+        }
+        Ok(Self {
+            named: Some(Arc::new(Named {
+                prefix: named.prefix.clone(),
+                schema: named.schema.clone(),
+                quote,
+                rendered: RwLock::default(),
+            })),
         })
+    }
+
+    /// Names with `prefix` and `schema`, none rendered yet.
+    fn rebuilt(self, prefix: String, schema: Option<String>) -> Self {
+        if prefix.is_empty() && schema.is_none() {
+            return Self::default();
+        }
+        let quote = self.named.as_deref().map_or('"', |named| named.quote);
+        Self {
+            named: Some(Arc::new(Named {
+                prefix,
+                schema,
+                quote,
+                rendered: RwLock::default(),
+            })),
+        }
+    }
+
+    /// The schema the outbox's tables are in, if one was chosen.
+    pub fn schema(&self) -> Option<&str> {
+        self.named
+            .as_deref()
+            .and_then(|named| named.schema.as_deref())
     }
 
     /// The prefix of every name (empty for the defaults).
@@ -121,10 +234,32 @@ impl Names {
         self.named.is_none()
     }
 
-    /// What the object called `default` by default is called here
-    /// (`outbox_tasks`, `outbox_tasks_available_idx`...).
+    /// What the object called `default` by default is called here, within
+    /// its schema (`outbox_tasks`, `outbox_tasks_available_idx`...).
     pub fn table(&self, default: &str) -> String {
         format!("{}{default}", self.table_prefix())
+    }
+
+    /// The table called `default` by default as an operator reads it: its
+    /// name here, after its schema and a dot if it has one
+    /// (`billing.outbox_tasks`).
+    pub fn display_table(&self, default: &str) -> String {
+        match self.schema() {
+            Some(schema) => format!("{schema}.{}", self.table(default)),
+            None => self.table(default),
+        }
+    }
+
+    /// The statement that creates the schema when it is missing (`CREATE
+    /// SCHEMA IF NOT EXISTS`, which MySQL reads as `CREATE DATABASE`), if
+    /// there is one: what a migration runs first.
+    pub fn create_schema_sql(&self) -> Option<String> {
+        let named = self.named.as_deref()?;
+        let schema = named.schema.as_deref()?;
+        let quote = named.quote;
+        Some(format!(
+            "CREATE SCHEMA IF NOT EXISTS {quote}{schema}{quote};\n"
+        ))
     }
 
     /// The statement `template`, written with the default names, as this
@@ -145,7 +280,7 @@ impl Names {
         let text = match cached {
             Some(text) => text,
             None => {
-                let text: Arc<str> = rename(template, &named.prefix).into();
+                let text: Arc<str> = rename(template, named).into();
                 named
                     .rendered
                     .write()
@@ -162,7 +297,7 @@ impl Names {
     pub fn rendered(&self, text: String) -> String {
         match &self.named {
             None => text,
-            Some(named) => rename(&text, &named.prefix),
+            Some(named) => rename(&text, named),
         }
     }
 
@@ -171,7 +306,7 @@ impl Names {
     pub fn render<'t>(&self, text: &'t str) -> Cow<'t, str> {
         match &self.named {
             None => Cow::Borrowed(text),
-            Some(named) => Cow::Owned(rename(text, &named.prefix)),
+            Some(named) => Cow::Owned(rename(text, named)),
         }
     }
 }
@@ -229,6 +364,44 @@ fn check_prefix(prefix: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// Why `schema` cannot be a schema, if it cannot.
+fn check_schema(schema: &str) -> std::result::Result<(), String> {
+    if let Some(first) = schema.chars().next()
+        && !first.is_ascii_lowercase()
+    {
+        return Err(format!(
+            "`{schema}` must start with a lower-case letter (a-z)"
+        ));
+    }
+    if let Some(bad) = schema
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_'))
+    {
+        return Err(format!(
+            "`{schema}` holds {bad:?}; only a-z, 0-9 and _ are allowed"
+        ));
+    }
+    if schema.starts_with("pg_")
+        || ["information_schema", "mysql", "performance_schema", "sys"].contains(&schema)
+    {
+        return Err(format!("`{schema}` is the server's own schema"));
+    }
+    Ok(())
+}
+
+/// Why a schema and a prefix are too long together, if they are.
+fn check_lengths(schema: Option<&str>, prefix: &str) -> std::result::Result<(), String> {
+    let schema = schema.unwrap_or_default();
+    let total = schema.len() + prefix.len();
+    if total > MAX_SCHEMA_AND_PREFIX_BYTES {
+        return Err(format!(
+            "the schema `{schema}` and the table prefix `{prefix}` take {total} bytes; \
+             at most {MAX_SCHEMA_AND_PREFIX_BYTES} together"
+        ));
+    }
+    Ok(())
+}
+
 /// Whether `word` is, or starts with, the default name of one of the
 /// outbox's [`TABLES`]: a name a prefix renames.
 fn is_outbox_name(word: &str) -> bool {
@@ -238,13 +411,18 @@ fn is_outbox_name(word: &str) -> bool {
     })
 }
 
-/// `text` with `prefix` before every word that [`is_outbox_name`] (a word:
-/// a run of ASCII letters, digits, `_` and `$`, as identifiers are
-/// written).
-fn rename(text: &str, prefix: &str) -> String {
+/// `text` with the prefix before every word that [`is_outbox_name`] (a
+/// word: a run of ASCII letters, digits, `_` and `$`, as identifiers are
+/// written), and the schema before each that is one of the [`TABLES`]
+/// (in a string too, as PostgreSQL reads `'outbox_tasks'::regclass`), unless
+/// a dot already stands before it. Indexes and constraints go where their
+/// table goes, under their own names.
+fn rename(text: &str, named: &Named) -> String {
     let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'$';
+    let prefix = named.prefix.as_str();
+    let qualifier = named.qualifier();
     let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len() + 8 * prefix.len());
+    let mut out = String::with_capacity(text.len() + 8 * (prefix.len() + 8));
     let mut copied = 0;
     let mut at = 0;
     while at < bytes.len() {
@@ -256,8 +434,15 @@ fn rename(text: &str, prefix: &str) -> String {
         while at < bytes.len() && is_word(bytes[at]) {
             at += 1;
         }
-        if is_outbox_name(&text[start..at]) {
+        let word = &text[start..at];
+        if is_outbox_name(word) {
             out.push_str(&text[copied..start]);
+            if let Some(qualifier) = &qualifier
+                && TABLES.contains(&word)
+                && !text[..start].ends_with('.')
+            {
+                out.push_str(qualifier);
+            }
             out.push_str(prefix);
             copied = start;
         }
@@ -417,5 +602,123 @@ mod tests {
         }
         assert_eq!(prefixed("a_prefix_of_20bytes_").table_prefix().len(), 20);
         assert_eq!(prefixed("t1").table("outbox_meta"), "t1outbox_meta");
+    }
+
+    fn in_schema(schema: &str, prefix: &str) -> Names {
+        Names::default()
+            .with_schema(schema)
+            .unwrap()
+            .with_table_prefix(prefix)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_schema_qualifies_each_table_and_moves_its_indexes_with_it() {
+        let template = "INSERT INTO outbox_ordering_keys (ordering_key) \
+             SELECT t.ordering_key FROM outbox_tasks t WHERE outbox_tasks.id = ANY($1) \
+             AND pg_get_serial_sequence('outbox_tasks', 'id') <> '' AND name = 'outbox_id'; \
+             CREATE INDEX outbox_tasks_available_idx ON outbox_tasks (id); \
+             SELECT 1 FROM x.outbox_tasks";
+        assert_eq!(
+            &*in_schema("billing", "").sql(template),
+            "INSERT INTO \"billing\".outbox_ordering_keys (ordering_key) \
+             SELECT t.ordering_key FROM \"billing\".outbox_tasks t \
+             WHERE \"billing\".outbox_tasks.id = ANY($1) \
+             AND pg_get_serial_sequence('\"billing\".outbox_tasks', 'id') <> '' \
+             AND name = 'outbox_id'; \
+             CREATE INDEX outbox_tasks_available_idx ON \"billing\".outbox_tasks (id); \
+             SELECT 1 FROM x.outbox_tasks"
+        );
+        let both = in_schema("order", "t_")
+            .for_backend(BackendKind::Mysql)
+            .unwrap();
+        assert_eq!(
+            both.render("CREATE INDEX outbox_tasks_idx ON outbox_tasks (id)"),
+            "CREATE INDEX t_outbox_tasks_idx ON `order`.t_outbox_tasks (id)"
+        );
+        assert_eq!(both.display_table("outbox_tasks"), "order.t_outbox_tasks");
+        assert_eq!(both.table("outbox_tasks"), "t_outbox_tasks");
+        assert_eq!(
+            both.create_schema_sql().as_deref(),
+            Some("CREATE SCHEMA IF NOT EXISTS `order`;\n")
+        );
+        assert_eq!(Names::default().create_schema_sql(), None);
+    }
+
+    #[test]
+    fn a_schema_and_a_prefix_are_kept_by_each_other() {
+        let names = Names::default()
+            .with_table_prefix("t_")
+            .unwrap()
+            .with_schema("billing")
+            .unwrap();
+        assert_eq!(names, in_schema("billing", "t_"));
+        assert_eq!(names.schema(), Some("billing"));
+        assert_eq!(names.table_prefix(), "t_");
+        let back = names
+            .with_schema("")
+            .unwrap()
+            .with_table_prefix("")
+            .unwrap();
+        assert!(back.is_default());
+    }
+
+    #[test]
+    fn a_schema_a_backend_would_reject_is_refused_by_name() {
+        for bad in [
+            "Billing",
+            "1st",
+            "_x",
+            "bill-ing",
+            "b\"; DROP SCHEMA public; --",
+            "b`x",
+            "pg_catalog",
+            "information_schema",
+            "mysql",
+            "a_schema_name_of_thirty_six_bytes_xx",
+        ] {
+            let error = Names::default().with_schema(bad).unwrap_err();
+            assert!(
+                matches!(
+                    error,
+                    Error::Config {
+                        field: "schema",
+                        ..
+                    }
+                ),
+                "{bad}: {error}"
+            );
+        }
+        let long = Names::default()
+            .with_schema("a_schema_of_twenty_bytes")
+            .unwrap()
+            .with_table_prefix("a_prefix_of_12_")
+            .unwrap_err();
+        assert!(
+            matches!(
+                long,
+                Error::Config {
+                    field: "table_prefix",
+                    ..
+                }
+            ),
+            "{long}"
+        );
+        let sqlite = in_schema("billing", "")
+            .for_backend(BackendKind::Sqlite)
+            .unwrap_err();
+        assert!(
+            matches!(
+                sqlite,
+                Error::Config {
+                    field: "schema",
+                    ..
+                }
+            ),
+            "{sqlite}"
+        );
+        assert!(prefixed("t_").for_backend(BackendKind::Sqlite).is_ok());
+        // A keyword is a schema like any other: it is written quoted.
+        assert_eq!(in_schema("select", "").schema(), Some("select"));
     }
 }

@@ -140,9 +140,10 @@ impl Dialect for Sqlite {
     }
 
     /// The insert shapes kept so far were chosen for the old names' text.
-    fn set_names(&mut self, names: Names) {
-        self.names = names;
+    fn set_names(&mut self, names: Names) -> Result<()> {
+        self.names = names.for_backend(diesel_outbox_sql::BackendKind::Sqlite)?;
         self.inserts = Arc::default();
+        Ok(())
     }
 
     fn error(error: diesel::result::Error) -> Error {

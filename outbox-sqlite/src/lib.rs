@@ -139,6 +139,7 @@ pub type SqliteStore = diesel_outbox_sql::SqlStore<Sqlite>;
 diesel_outbox_sql::embed_outbox_migrations! {
     crate = "diesel_outbox_sqlite",
     backend = diesel::sqlite::Sqlite,
+    kind = diesel_outbox_sql::BackendKind::Sqlite,
     lock = migration_lock::ImmediateTransaction::default(),
     lock_doc = "Safe to call from many processes at once: the run holds SQLite's \
         write lock from a `BEGIN IMMEDIATE` to its commit, and SQLite has one \

@@ -22,7 +22,7 @@ struct Step {
 /// database migrated for the outbox called `names`, one line per step.
 fn plan(sql: &str, names: &Names) -> Vec<String> {
     let mut conn = SqliteConnection::establish(":memory:").expect("in-memory database");
-    for migration in migration_sql_named(names) {
+    for migration in migration_sql_named(names).expect("names SQLite takes") {
         conn.batch_execute(migration.up()).expect("migration");
     }
     diesel::sql_query(

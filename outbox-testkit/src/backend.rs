@@ -104,7 +104,7 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
     /// The SQL of the backend's outbox migrations, oldest first, as this
     /// database's outbox applies them (for the default names,
     /// `diesel_outbox_postgres::migration_sql()` and its siblings).
-    fn migration_sql() -> Vec<diesel_outbox_sql::MigrationSql>;
+    fn migration_sql() -> anyhow::Result<Vec<diesel_outbox_sql::MigrationSql>>;
 
     /// The names of this database's outbox. The SQL a test hands
     /// [`execute_sql`](TestBackend::execute_sql) and
@@ -118,6 +118,15 @@ pub trait TestBackend: Sized + Send + Sync + 'static {
         &self,
         names: &diesel_outbox_sql::Names,
     ) -> impl Future<Output = anyhow::Result<Self::Store>> + Send;
+
+    /// A schema of this test's own for a second outbox
+    /// ([`Names::with_schema`](diesel_outbox_sql::Names::with_schema)):
+    /// on PostgreSQL a schema of the test's database, on MySQL a database
+    /// of its own, dropped with the test's. `None` where the backend has
+    /// no schemas (SQLite).
+    fn another_schema(&self) -> Option<String> {
+        None
+    }
 
     /// A literal for the instant `at` in the outbox's time columns, for
     /// statements a test writes by hand: a UTC date and time by default

@@ -51,6 +51,14 @@ pub trait Server: Send + Sync + 'static {
     }
     /// `DROP DATABASE` for `name`, closing other sessions if the server can.
     fn drop_database(name: &str) -> String;
+    /// See [`TestBackend::another_schema`]: the schema for the test
+    /// database `database`.
+    fn another_schema(database: &str) -> String;
+    /// What drops [`Server::another_schema`] where dropping the test's
+    /// database leaves it (a MySQL database).
+    fn drop_another_schema(_schema: &str) -> Option<String> {
+        None
+    }
     /// A store with its own pool of `pool_size` connections on `url`, on
     /// the outbox called `names`.
     fn open_store(
@@ -104,7 +112,9 @@ pub trait Server: Send + Sync + 'static {
         names: &diesel_outbox_sql::Names,
     ) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
     /// See [`TestBackend::migration_sql`].
-    fn migration_sql() -> &'static [diesel_outbox_sql::MigrationSql];
+    fn migration_sql(
+        names: &diesel_outbox_sql::Names,
+    ) -> diesel_outbox_core::Result<Vec<diesel_outbox_sql::MigrationSql>>;
     /// See [`TestBackend::backlog_sql`].
     fn backlog_sql(shape: crate::backlog::Backlog, rows: u64) -> String;
     /// See [`TestBackend::instant_sql`]: a UTC date and time by default.
@@ -286,6 +296,10 @@ impl<S: Server, N: TestNames> TestBackend for IsolatedDb<S, N> {
         N::names()
     }
 
+    fn another_schema(&self) -> Option<String> {
+        Some(S::another_schema(&self.name))
+    }
+
     async fn another_outbox(&self, names: &diesel_outbox_sql::Names) -> anyhow::Result<S::Store> {
         S::migrate(self.connect().await?, names).await?;
         S::migrate_inbox(self.connect().await?, names).await?;
@@ -338,12 +352,8 @@ impl<S: Server, N: TestNames> TestBackend for IsolatedDb<S, N> {
         S::revert(self.connect().await?, &self.names).await
     }
 
-    fn migration_sql() -> Vec<diesel_outbox_sql::MigrationSql> {
-        let names = N::names();
-        S::migration_sql()
-            .iter()
-            .map(|sql| sql.named(&names))
-            .collect()
+    fn migration_sql() -> anyhow::Result<Vec<diesel_outbox_sql::MigrationSql>> {
+        Ok(S::migration_sql(&N::names())?)
     }
 
     fn backlog_sql(shape: crate::backlog::Backlog, rows: u64) -> String {
@@ -366,7 +376,10 @@ impl<S: Server, N: TestNames> Drop for IsolatedDb<S, N> {
             return;
         }
         let admin_url = self.admin_url.clone();
-        let statement = S::drop_database(&self.name);
+        let mut statement = S::drop_database(&self.name);
+        if let Some(schema) = S::drop_another_schema(&S::another_schema(&self.name)) {
+            statement = format!("{schema}; {statement}");
+        }
         crate::drop_database::run(async move {
             establish::<S>(&admin_url)
                 .await?

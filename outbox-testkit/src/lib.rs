@@ -67,7 +67,9 @@ pub mod url;
 pub mod wait;
 
 pub use backend::TestBackend;
-pub use test_names::{DefaultNames, TENANT_PREFIX, TenantNames, TestNames};
+pub use test_names::{
+    DefaultNames, SchemaTenantNames, TENANT_PREFIX, TENANT_SCHEMA, TenantNames, TestNames,
+};
 
 /// An `id` row.
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]

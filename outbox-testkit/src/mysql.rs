@@ -38,8 +38,19 @@ impl Server for Mysql {
         format!("DROP DATABASE IF EXISTS `{name}`")
     }
 
+    /// A database named after the test's (its random suffix), so that
+    /// tests running at once never share one.
+    fn another_schema(database: &str) -> String {
+        let suffix = database.rsplit('_').next().unwrap_or(database);
+        format!("outbox_billing_{suffix}")
+    }
+
+    fn drop_another_schema(schema: &str) -> Option<String> {
+        Some(format!("DROP DATABASE IF EXISTS `{schema}`"))
+    }
+
     fn open_store(url: &str, pool_size: usize, names: &Names) -> anyhow::Result<MysqlStore> {
-        Ok(MysqlStore::connect(url, pool_size)?.with_names(names.clone()))
+        Ok(MysqlStore::connect(url, pool_size)?.with_names(names.clone())?)
     }
 
     fn close_store(store: &MysqlStore) {
@@ -116,8 +127,10 @@ impl Server for Mysql {
         shape.mysql(rows)
     }
 
-    fn migration_sql() -> &'static [diesel_outbox_sql::MigrationSql] {
-        diesel_outbox_mysql::migration_sql()
+    fn migration_sql(
+        names: &Names,
+    ) -> diesel_outbox_core::Result<Vec<diesel_outbox_sql::MigrationSql>> {
+        diesel_outbox_mysql::migration_sql_named(names)
     }
 
     /// MariaDB's number; MySQL reports the same failure as 3819.

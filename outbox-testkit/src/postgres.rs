@@ -49,8 +49,13 @@ impl Server for Postgres {
         format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")
     }
 
+    /// A schema of the test's database, dropped with it.
+    fn another_schema(_database: &str) -> String {
+        "billing".to_owned()
+    }
+
     fn open_store(url: &str, pool_size: usize, names: &Names) -> anyhow::Result<PgStore> {
-        Ok(PgStore::connect(url, pool_size)?.with_names(names.clone()))
+        Ok(PgStore::connect(url, pool_size)?.with_names(names.clone())?)
     }
 
     fn close_store(store: &PgStore) {
@@ -124,8 +129,10 @@ impl Server for Postgres {
         shape.postgres(rows)
     }
 
-    fn migration_sql() -> &'static [diesel_outbox_sql::MigrationSql] {
-        diesel_outbox_postgres::migration_sql()
+    fn migration_sql(
+        names: &Names,
+    ) -> diesel_outbox_core::Result<Vec<diesel_outbox_sql::MigrationSql>> {
+        diesel_outbox_postgres::migration_sql_named(names)
     }
 
     /// In UTC whatever the session's `TimeZone`.

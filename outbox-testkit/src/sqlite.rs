@@ -68,7 +68,7 @@ impl<N: TestNames> std::fmt::Debug for SqliteTestDbNamed<N> {
 impl<N: TestNames> SqliteTestDbNamed<N> {
     /// A store with its own pool on this file, on the outbox called `names`.
     fn open(&self, pool_size: usize, names: &Names) -> anyhow::Result<SqliteStore> {
-        Ok(SqliteStore::connect(&self.url, pool_size)?.with_names(names.clone()))
+        Ok(SqliteStore::connect(&self.url, pool_size)?.with_names(names.clone())?)
     }
 
     /// The database file.
@@ -103,7 +103,7 @@ impl<N: TestNames> TestBackend for SqliteTestDbNamed<N> {
         run_migrations_named(establish(&url).await?, &names)
             .await
             .context("migrating the test database")?;
-        let store = SqliteStore::connect(&url, POOL_SIZE)?.with_names(names.clone());
+        let store = SqliteStore::connect(&url, POOL_SIZE)?.with_names(names.clone())?;
         Ok(Self {
             names,
             marker: std::marker::PhantomData,
@@ -117,7 +117,7 @@ impl<N: TestNames> TestBackend for SqliteTestDbNamed<N> {
     async fn attach(url: &str) -> anyhow::Result<Self> {
         let names = N::names();
         Ok(Self {
-            store: SqliteStore::connect(url, POOL_SIZE)?.with_names(names.clone()),
+            store: SqliteStore::connect(url, POOL_SIZE)?.with_names(names.clone())?,
             names,
             marker: std::marker::PhantomData,
             path: PathBuf::from(url),
@@ -231,8 +231,8 @@ impl<N: TestNames> TestBackend for SqliteTestDbNamed<N> {
         Ok(revert_migrations_named(self.connect().await?, &self.names).await?)
     }
 
-    fn migration_sql() -> Vec<diesel_outbox_sql::MigrationSql> {
-        diesel_outbox_sqlite::migration_sql_named(&N::names())
+    fn migration_sql() -> anyhow::Result<Vec<diesel_outbox_sql::MigrationSql>> {
+        Ok(diesel_outbox_sqlite::migration_sql_named(&N::names())?)
     }
 
     fn backlog_sql(shape: crate::backlog::Backlog, rows: u64) -> String {

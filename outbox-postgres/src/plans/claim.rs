@@ -167,6 +167,7 @@ async fn beside_finished_rows<N: TestNames>() -> anyhow::Result<()> {
 }
 
 diesel_outbox_testkit::each_names!(
+    names = diesel_outbox_testkit::SchemaTenantNames;
     on_a_small_table,
     beside_waiting_rows_not_yet_due,
     beside_waiting_rows_in_backoff,

@@ -154,6 +154,7 @@ async fn completion_writes_go_by_primary_key_on_a_small_table<N: TestNames>() ->
 }
 
 diesel_outbox_testkit::each_names!(
+    names = diesel_outbox_testkit::SchemaTenantNames;
     completion_writes_go_by_primary_key_mid_drain,
     completion_writes_go_by_primary_key_on_a_small_table,
 );

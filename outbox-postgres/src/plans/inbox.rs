@@ -67,4 +67,6 @@ async fn the_purge_deletes_by_address_on_a_small_table<N: TestNames>() -> anyhow
     Ok(())
 }
 
-diesel_outbox_testkit::each_names!(the_purge_deletes_by_address_on_a_small_table);
+diesel_outbox_testkit::each_names!(
+    names = diesel_outbox_testkit::SchemaTenantNames;
+    the_purge_deletes_by_address_on_a_small_table);

@@ -89,15 +89,27 @@ impl<D: Dialect> SqlStore<D> {
     /// SQLite its one write turn) between outboxes, build the others from
     /// a clone: `store.clone().with_table_prefix("billing_")`.
     pub fn with_table_prefix(self, prefix: &str) -> Result<Self> {
-        Ok(self.with_names(Names::default().with_table_prefix(prefix)?))
+        let names = self.names().clone().with_table_prefix(prefix)?;
+        self.with_names(names)
+    }
+
+    /// This store with the outbox's tables in the schema `schema` (on
+    /// MySQL and MariaDB, a database), keeping its table prefix: see
+    /// [`Names::with_schema`]. On SQLite, which has no schemas, and for a
+    /// name the check refuses, [`Error::Config`](diesel_outbox_core::Error::Config) naming `schema`.
+    pub fn with_schema(self, schema: &str) -> Result<Self> {
+        let names = self.names().clone().with_schema(schema)?;
+        self.with_names(names)
     }
 
     /// This store on the outbox called `names` (see
-    /// [`with_table_prefix`](Self::with_table_prefix)).
-    pub fn with_names(mut self, names: Names) -> Self {
-        self.dialect.set_names(names);
+    /// [`with_table_prefix`](Self::with_table_prefix) and
+    /// [`with_schema`](Self::with_schema)), or the error of
+    /// [`Names::for_backend`] for names its backend cannot take.
+    pub fn with_names(mut self, names: Names) -> Result<Self> {
+        self.dialect.set_names(names)?;
         self.outbox = Arc::default();
-        self
+        Ok(self)
     }
 
     /// The names of the outbox's tables this store uses.

@@ -114,7 +114,7 @@ pub async fn printed_migration_sql_makes_a_working_table<B: TestBackend>(
     db: &B,
 ) -> anyhow::Result<()> {
     never_migrated(db).await?;
-    for migration in B::migration_sql() {
+    for migration in B::migration_sql()? {
         db.execute_sql(migration.up())
             .await
             .with_context(|| format!("{}/up.sql", migration.name()))?;
@@ -127,7 +127,7 @@ pub async fn printed_migration_sql_makes_a_working_table<B: TestBackend>(
     assert_eq!(handle.succeeded_ids(), [id]);
     assert_eq!(get(db, id).await?.attempts, 1);
 
-    for migration in B::migration_sql().iter().rev() {
+    for migration in B::migration_sql()?.iter().rev() {
         db.execute_sql(migration.down())
             .await
             .with_context(|| format!("{}/down.sql", migration.name()))?;
@@ -153,7 +153,7 @@ where
 {
     never_migrated(db).await?;
     let folder = std::env::temp_dir().join(format!("outbox-migrations-{:016x}", fastrand::u64(..)));
-    for migration in B::migration_sql() {
+    for migration in B::migration_sql()? {
         let dir = folder.join(migration.name());
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join("up.sql"), migration.up())?;
@@ -195,8 +195,17 @@ impl<C> MigrationLock<C> for NoLock {
 }
 
 /// The outbox's versions, oldest first (or newest first, `newest_first`).
+///
+/// # Panics
+///
+/// When the test database's names have no migrations (a schema on SQLite):
+/// no test database is built with such names.
 fn versions<B: TestBackend>(newest_first: bool) -> Vec<String> {
-    let mut versions: Vec<String> = B::migration_sql().iter().map(|m| m.version()).collect();
+    let mut versions: Vec<String> = B::migration_sql()
+        .unwrap_or_else(|error| panic!("the outbox's migrations: {error}"))
+        .iter()
+        .map(|m| m.version())
+        .collect();
     if newest_first {
         versions.reverse();
     }

@@ -113,6 +113,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@each $backend;
             enqueue_commits_with_the_transaction,
             two_outboxes_in_one_database_stay_apart,
+            an_outbox_in_another_schema_stays_apart,
             enqueue_rolls_back_with_the_transaction,
             enqueue_outside_a_transaction_is_refused,
             enqueue_many_returns_ids_in_order,

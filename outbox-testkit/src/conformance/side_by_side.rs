@@ -1,5 +1,6 @@
-//! Two outboxes in one database, one with a table prefix of its own: each
-//! sees only its own tasks, keys, inbox and migrations.
+//! Two outboxes in one database, the second with a table prefix or a
+//! schema of its own: each sees only its own tasks, keys, inbox and
+//! migrations.
 
 use std::time::Duration;
 
@@ -43,13 +44,44 @@ async fn record<B: TestBackend>(
     .await
 }
 
-/// The same ordering key and dedup key in both outboxes: neither blocks
-/// nor deduplicates the other's task. A relay on each delivers only its
-/// own outbox's tasks, whose message ids differ even where the task ids
-/// are equal; listings, stats, purges, the inbox and the migrations stay
-/// apart.
+/// The same ordering key and dedup key in both outboxes, the other one's
+/// tables with a prefix of their own: neither blocks nor deduplicates the
+/// other's task. A relay on each delivers only its own outbox's tasks,
+/// whose message ids differ even where the task ids are equal; listings,
+/// stats, purges, the inbox and the migrations stay apart.
 pub async fn two_outboxes_in_one_database_stay_apart<B: TestBackend>(db: &B) -> anyhow::Result<()> {
-    let names = Names::default().with_table_prefix(OTHER_PREFIX)?;
+    stay_apart(db, Names::default().with_table_prefix(OTHER_PREFIX)?).await
+}
+
+/// [`two_outboxes_in_one_database_stay_apart`] with the other outbox's
+/// tables, under their default names, in a schema of their own (a MySQL
+/// database), which its migrations create. Where the backend has no
+/// schemas (SQLite), a store refuses one, naming the setting.
+pub async fn an_outbox_in_another_schema_stays_apart<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let Some(schema) = db.another_schema() else {
+        let names = Names::default().with_schema("billing")?;
+        let refused = db
+            .another_outbox(&names)
+            .await
+            .err()
+            .ok_or_else(|| anyhow::anyhow!("a backend without schemas took one"))?;
+        assert!(
+            matches!(
+                refused.downcast_ref(),
+                Some(diesel_outbox_core::Error::Config {
+                    field: "schema",
+                    ..
+                })
+            ),
+            "{refused:#}"
+        );
+        return Ok(());
+    };
+    stay_apart(db, Names::default().with_schema(&schema)?).await
+}
+
+/// The body of both scenarios: the other outbox is called `names`.
+async fn stay_apart<B: TestBackend>(db: &B, names: Names) -> anyhow::Result<()> {
     db.migrate_inbox().await?;
     let other = db.another_outbox(&names).await?;
     let store = db.store().clone();
