@@ -556,7 +556,10 @@ async fn sqlite_refuses_a_schema() {
     ] {
         let refused = outbox(&url, args).expect(2);
         assert!(refused.stderr.contains("schema"), "{refused:?}");
-        assert!(refused.stderr.contains("SQLite has no schemas"), "{refused:?}");
+        assert!(
+            refused.stderr.contains("SQLite has no schemas"),
+            "{refused:?}"
+        );
     }
 }
 

@@ -70,7 +70,9 @@ impl MigrationSql {
     /// application's own migrations records the same version as the
     /// store's run. A migration into a schema creates it first when it is
     /// missing; reverting leaves it. The default names give the migration
-    /// unchanged.
+    /// unchanged. `names` should be as the backend writes them
+    /// ([`Names::for_backend`], which the backends' `migration_sql_named`
+    /// applies): a schema is quoted with their quote.
     pub fn named(&self, names: &Names) -> Self {
         if names.is_default() {
             return self.clone();

@@ -92,6 +92,11 @@ pub(crate) struct Args {
     /// prefix costs.
     #[arg(long)]
     tenant_tables: bool,
+    /// Run on an outbox in the schema `tenant` whose tables carry the
+    /// prefix `tenant_` (`"tenant".tenant_outbox_tasks`...), PostgreSQL
+    /// only: what a schema costs beside a run without it.
+    #[arg(long, conflicts_with = "tenant_tables")]
+    tenant_schema: bool,
     /// Run only these scenarios (repeat the flag, or separate with commas);
     /// all when not given. For profiling one of them; the table and the
     /// JSON then hold only their figures.
@@ -249,8 +254,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "--scenario kafka needs Kafka: drop --no-kafka (and build with the `kafka` feature)"
         );
     }
-    if args.tenant_tables && args.write_docs.is_some() {
-        anyhow::bail!("--write-docs keeps the default names' figures: drop --tenant-tables");
+    if (args.tenant_tables || args.tenant_schema) && args.write_docs.is_some() {
+        anyhow::bail!(
+            "--write-docs keeps the default names' figures: drop --tenant-tables and --tenant-schema"
+        );
+    }
+    if args.tenant_schema && !matches!(args.backend, Backend::Postgres) {
+        anyhow::bail!(
+            "--tenant-schema runs on PostgreSQL only (a MySQL schema is a database the \
+             scenarios would share): add --backend postgres"
+        );
     }
     let with_nats = !args.no_nats && cfg!(feature = "nats");
     let with_rabbitmq = !args.no_rabbitmq && cfg!(feature = "rabbitmq");
@@ -295,7 +308,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let mut results = Results::default();
     let started = Instant::now();
-    if args.tenant_tables {
+    if args.tenant_schema {
+        let names = backends::<diesel_outbox_testkit::SchemaTenantNames>;
+        names(
+            args.backend,
+            &plan,
+            &only,
+            brokers,
+            &mut results,
+            meta.as_mut(),
+        )
+        .await?;
+    } else if args.tenant_tables {
         let names = backends::<diesel_outbox_testkit::TenantNames>;
         names(
             args.backend,
