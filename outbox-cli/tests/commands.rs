@@ -159,8 +159,11 @@ async fn in_schema<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     );
     let printed = in_schema(&["migrate", "--print"]).expect(0);
     assert!(
-        printed.stdout.contains("CREATE SCHEMA IF NOT EXISTS")
-            && printed.stdout.contains(&format!("{schema}")),
+        printed.stdout.contains("CREATE SCHEMA")
+            && (printed.stdout.contains(&format!("`{schema}`.outbox_tasks"))
+                || printed
+                    .stdout
+                    .contains(&format!("\"{schema}\".outbox_tasks"))),
         "{printed:?}"
     );
     let reverted = in_schema(&["migrate", "--revert", "--yes", "--json"])

@@ -215,11 +215,23 @@ async fn the_dashboard_says_which_outbox_it_shows() {
     let schema = diesel_outbox_sql::Names::default()
         .with_schema("crm")
         .unwrap();
-    db.another_outbox(&schema).await.unwrap();
+    let crm = db.another_outbox(&schema).await.unwrap();
+    let crm_id =
+        diesel_async::AsyncConnection::transaction::<_, anyhow::Error, _>(&mut conn, async |tx| {
+            // Two tasks, so that crm's newest id differs from billing's one.
+            crm.enqueue(tx, Task::new(KIND, 1, "{}")).await?;
+            Ok(crm.enqueue(tx, Task::new(KIND, 1, "{}")).await?)
+        })
+        .await
+        .unwrap();
     let (_crm, base) = serve_with(db.url(), &["--schema", "crm"]);
     let (status, page) = http(&base, "GET", "/", &[], "");
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("<code>crm.outbox_tasks</code>"), "{page}");
+    assert!(
+        page.contains(&format!("href=\"/tasks/{crm_id}\"")),
+        "crm's task is not shown: {page}"
+    );
     assert!(
         !page.contains(&link),
         "crm's outbox shows billing's task: {page}"

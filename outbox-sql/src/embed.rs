@@ -121,9 +121,9 @@ macro_rules! embed_outbox_migrations {
             TASKS_SQL
         }
 
-        /// [`run_migrations`] for the outbox called `names` (a table prefix
-        /// of the user's; see `SqlStore::with_names`): its tables, indexes
-        /// and constraints renamed, recorded under versions of its own, so
+        /// [`run_migrations`] for the outbox called `names` (a schema or a
+        /// table prefix of the user's; see `SqlStore::with_names`): its
+        /// tables, indexes and constraints placed and renamed, recorded under versions of its own, so
         /// that several outboxes in one database, and the application's own
         /// migrations, are applied and reverted apart. The default names
         /// apply exactly what [`run_migrations`] does.

@@ -35,10 +35,8 @@ use crate::{BackendKind, Names};
 /// let schema = Names::default().with_schema("billing").unwrap();
 /// let in_schema = sql.named(&schema);
 /// assert_eq!(in_schema.version(), "20261129000000billing+");
-/// assert_eq!(
-///     in_schema.up(),
-///     "CREATE SCHEMA IF NOT EXISTS \"billing\";\nCREATE TABLE \"billing\".outbox_tasks (id INT);"
-/// );
+/// assert!(in_schema.up().starts_with("DO $$ BEGIN IF NOT EXISTS"));
+/// assert!(in_schema.up().ends_with("\nCREATE TABLE \"billing\".outbox_tasks (id INT);"));
 /// assert_eq!(in_schema.down(), "DROP TABLE \"billing\".outbox_tasks;");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]

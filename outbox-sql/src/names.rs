@@ -76,10 +76,22 @@ pub const MAX_SCHEMA_AND_PREFIX_BYTES: usize = 35;
 ///
 /// [`with_table_prefix`]: Names::with_table_prefix
 /// [`with_schema`]: Names::with_schema
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Names {
     /// `None` for the default names, whose statements are their templates.
     named: Option<Arc<Named>>,
+    /// The identifier quote of the backend these names are for
+    /// ([`Names::for_backend`]), kept by every later change.
+    quote: char,
+}
+
+impl Default for Names {
+    fn default() -> Self {
+        Self {
+            named: None,
+            quote: '"',
+        }
+    }
 }
 
 /// A store's names other than the defaults, and its statements rendered
@@ -115,7 +127,9 @@ impl std::fmt::Debug for Names {
 
 impl PartialEq for Names {
     fn eq(&self, other: &Self) -> bool {
-        self.table_prefix() == other.table_prefix() && self.schema() == other.schema()
+        self.table_prefix() == other.table_prefix()
+            && self.schema() == other.schema()
+            && self.quote == other.quote
     }
 }
 
@@ -178,7 +192,7 @@ impl Names {
             BackendKind::Postgres | BackendKind::Sqlite => '"',
         };
         let Some(named) = &self.named else {
-            return Ok(self);
+            return Ok(Self { quote, ..self });
         };
         if backend == BackendKind::Sqlite && named.schema.is_some() {
             return Err(Error::Config {
@@ -198,15 +212,16 @@ impl Names {
                 quote,
                 rendered: RwLock::default(),
             })),
+            quote,
         })
     }
 
     /// Names with `prefix` and `schema`, none rendered yet.
     fn rebuilt(self, prefix: String, schema: Option<String>) -> Self {
+        let quote = self.quote;
         if prefix.is_empty() && schema.is_none() {
-            return Self::default();
+            return Self { named: None, quote };
         }
-        let quote = self.named.as_deref().map_or('"', |named| named.quote);
         Self {
             named: Some(Arc::new(Named {
                 prefix,
@@ -214,6 +229,7 @@ impl Names {
                 quote,
                 rendered: RwLock::default(),
             })),
+            quote,
         }
     }
 
@@ -250,16 +266,22 @@ impl Names {
         }
     }
 
-    /// The statement that creates the schema when it is missing (`CREATE
-    /// SCHEMA IF NOT EXISTS`, which MySQL reads as `CREATE DATABASE`), if
-    /// there is one: what a migration runs first.
+    /// The statement that creates the schema when it is missing, if there
+    /// is one: what a migration runs first. On PostgreSQL a `CREATE SCHEMA`
+    /// only when no schema of that name exists, since PostgreSQL asks for
+    /// the right to create schemas even where `IF NOT EXISTS` finds one (a
+    /// role that was given a schema a DBA created migrates into it); on
+    /// MySQL `CREATE SCHEMA IF NOT EXISTS`, its `CREATE DATABASE`.
     pub fn create_schema_sql(&self) -> Option<String> {
         let named = self.named.as_deref()?;
         let schema = named.schema.as_deref()?;
-        let quote = named.quote;
-        Some(format!(
-            "CREATE SCHEMA IF NOT EXISTS {quote}{schema}{quote};\n"
-        ))
+        Some(match named.quote {
+            '`' => format!("CREATE SCHEMA IF NOT EXISTS `{schema}`;\n"),
+            _ => format!(
+                "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = '{schema}') \
+                 THEN CREATE SCHEMA \"{schema}\"; END IF; END $$;\n"
+            ),
+        })
     }
 
     /// The statement `template`, written with the default names, as this
@@ -642,6 +664,12 @@ mod tests {
             both.create_schema_sql().as_deref(),
             Some("CREATE SCHEMA IF NOT EXISTS `order`;\n")
         );
+        assert!(
+            in_schema("billing", "")
+                .create_schema_sql()
+                .is_some_and(|sql| sql.contains("nspname = 'billing'")
+                    && sql.contains("CREATE SCHEMA \"billing\";"))
+        );
         assert_eq!(Names::default().create_schema_sql(), None);
     }
 
@@ -661,6 +689,14 @@ mod tests {
             .with_table_prefix("")
             .unwrap();
         assert!(back.is_default());
+        // The backend's quote stays through later changes.
+        let mysql = Names::default()
+            .for_backend(BackendKind::Mysql)
+            .unwrap()
+            .with_schema("billing")
+            .unwrap();
+        assert_eq!(mysql.render("outbox_tasks"), "`billing`.outbox_tasks");
+        assert_ne!(mysql, in_schema("billing", ""));
     }
 
     #[test]

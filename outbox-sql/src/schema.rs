@@ -38,7 +38,8 @@ macro_rules! outbox_schema {
         time_read = $time_read:path $(,)?
     ) => {
         /// The diesel schema of the outbox's tables, under their default
-        /// names: a store with a table prefix works on other tables (read
+        /// names: a store with a schema or a table prefix works on other
+        /// tables (read
         /// those through the store's listing API, or a `diesel::table!`
         /// of your own).
         pub mod schema {

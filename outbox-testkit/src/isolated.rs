@@ -31,6 +31,8 @@ pub trait Server: Send + Sync + 'static {
 
     /// The server's name in messages.
     const NAME: &'static str;
+    /// Its backend, whose identifier quote the outbox's names take.
+    const KIND: diesel_outbox_sql::BackendKind;
     /// Environment variable naming the server.
     const URL_VAR: &'static str;
     /// The server used when [`Server::URL_VAR`] is unset.
@@ -196,6 +198,18 @@ impl<S: Server, N: TestNames> IsolatedDb<S, N> {
     }
 }
 
+/// The names `N` as the server `S` writes them (its identifier quote).
+///
+/// # Panics
+///
+/// When `S` cannot take them: neither PostgreSQL nor MySQL refuses any
+/// names that pass their checks.
+fn names_for<S: Server, N: TestNames>() -> diesel_outbox_sql::Names {
+    N::names()
+        .for_backend(S::KIND)
+        .unwrap_or_else(|error| panic!("{}: {error}", S::NAME))
+}
+
 /// A connection to `url`, or an error that says what is missing: the
 /// database (by name, on which server) or the server itself.
 async fn establish<S: Server>(url: &str) -> anyhow::Result<S::Conn> {
@@ -245,7 +259,7 @@ impl<S: Server, N: TestNames> TestBackend for IsolatedDb<S, N> {
         }
         drop(admin);
         let url = url::with_database(&admin_url, &name);
-        let names = N::names();
+        let names = names_for::<S, N>();
         S::migrate(establish::<S>(&url).await?, &names)
             .await
             .context("migrating the test database")?;
@@ -268,7 +282,7 @@ impl<S: Server, N: TestNames> TestBackend for IsolatedDb<S, N> {
             .and_then(|tail| tail.split('?').next())
             .unwrap_or_default()
             .to_owned();
-        let names = N::names();
+        let names = names_for::<S, N>();
         Ok(Self {
             store: S::open_store(url, POOL_SIZE, &names)?,
             names,
@@ -293,7 +307,7 @@ impl<S: Server, N: TestNames> TestBackend for IsolatedDb<S, N> {
     }
 
     fn names() -> diesel_outbox_sql::Names {
-        N::names()
+        names_for::<S, N>()
     }
 
     fn another_schema(&self) -> Option<String> {
@@ -337,7 +351,7 @@ impl<S: Server, N: TestNames> TestBackend for IsolatedDb<S, N> {
     }
 
     async fn task_ids(conn: &mut S::Conn, kind: Option<&str>) -> anyhow::Result<Vec<TaskId>> {
-        S::task_ids(conn, kind, &N::names()).await
+        S::task_ids(conn, kind, &names_for::<S, N>()).await
     }
 
     async fn migrate(&self) -> anyhow::Result<Vec<String>> {

@@ -24,6 +24,7 @@ impl Server for Mysql {
     type Conn = AsyncMysqlConnection;
 
     const NAME: &'static str = "MySQL";
+    const KIND: diesel_outbox_sql::BackendKind = diesel_outbox_sql::BackendKind::Mysql;
     const URL_VAR: &'static str = "OUTBOX_MYSQL_URL";
     const DEFAULT_URL: &'static str = "mysql://root@127.0.0.1:3306/test";
     const SCHEMES: &'static [&'static str] = &["mysql://"];

@@ -11,7 +11,9 @@ use crate::isolated::{IsolatedDb, Server};
 /// A PostgreSQL database of its own for one test, with a [`PgStore`] on it.
 pub type PgTestDb = IsolatedDb<Postgres>;
 
-/// [`PgTestDb`] for the outbox called `N` (a table prefix: [`TenantNames`](crate::TenantNames)).
+/// [`PgTestDb`] for the outbox called `N` (a table prefix:
+/// [`TenantNames`](crate::TenantNames); a schema and a prefix:
+/// [`SchemaTenantNames`](crate::SchemaTenantNames)).
 pub type PgTestDbNamed<N> = IsolatedDb<Postgres, N>;
 
 /// The PostgreSQL server tests use (`OUTBOX_PG_URL`).
@@ -24,6 +26,7 @@ impl Server for Postgres {
     type Conn = AsyncPgConnection;
 
     const NAME: &'static str = "PostgreSQL";
+    const KIND: diesel_outbox_sql::BackendKind = diesel_outbox_sql::BackendKind::Postgres;
     const URL_VAR: &'static str = "OUTBOX_PG_URL";
     const DEFAULT_URL: &'static str = "postgres://postgres@127.0.0.1:5432/test";
     const SCHEMES: &'static [&'static str] = &["postgres://", "postgresql://"];

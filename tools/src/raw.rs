@@ -51,7 +51,12 @@ pub fn named<N: TestNames>(sql: &str) -> &str {
     static KEPT: LazyLock<Mutex<HashMap<String, HashMap<String, &'static str>>>> =
         LazyLock::new(Mutex::default);
     let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
-    let texts = kept.entry(names.table_prefix().to_owned()).or_default();
+    let key = format!(
+        "{}.{}",
+        names.schema().unwrap_or_default(),
+        names.table_prefix()
+    );
+    let texts = kept.entry(key).or_default();
     if let Some(text) = texts.get(sql) {
         return text;
     }
