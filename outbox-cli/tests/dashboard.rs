@@ -218,7 +218,8 @@ async fn the_dashboard_says_which_outbox_it_shows() {
     let crm = db.another_outbox(&schema).await.unwrap();
     let crm_id =
         diesel_async::AsyncConnection::transaction::<_, anyhow::Error, _>(&mut conn, async |tx| {
-            // Two tasks, so that crm's newest id differs from billing's one.
+            // Two tasks: the second's id is in no other outbox of the
+            // database (billing holds task 1, the default outbox none).
             crm.enqueue(tx, Task::new(KIND, 1, "{}")).await?;
             Ok(crm.enqueue(tx, Task::new(KIND, 1, "{}")).await?)
         })
@@ -231,10 +232,6 @@ async fn the_dashboard_says_which_outbox_it_shows() {
     assert!(
         page.contains(&format!("href=\"/tasks/{crm_id}\"")),
         "crm's task is not shown: {page}"
-    );
-    assert!(
-        !page.contains(&link),
-        "crm's outbox shows billing's task: {page}"
     );
 }
 

@@ -362,21 +362,7 @@ fn check_prefix(prefix: &str) -> std::result::Result<(), String> {
             prefix.len()
         ));
     }
-    if let Some(first) = prefix.chars().next()
-        && !first.is_ascii_lowercase()
-    {
-        return Err(format!(
-            "`{prefix}` must start with a lower-case letter (a-z)"
-        ));
-    }
-    if let Some(bad) = prefix
-        .chars()
-        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_'))
-    {
-        return Err(format!(
-            "`{prefix}` holds {bad:?}; only a-z, 0-9 and _ are allowed"
-        ));
-    }
+    check_identifier(prefix)?;
     if let Some(table) = TABLES.iter().find(|table| prefix.starts_with(*table)) {
         return Err(format!(
             "`{prefix}` starts with the outbox's own table name `{table}`, \
@@ -386,23 +372,31 @@ fn check_prefix(prefix: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Why `schema` cannot be a schema, if it cannot.
-fn check_schema(schema: &str) -> std::result::Result<(), String> {
-    if let Some(first) = schema.chars().next()
+/// Why `name` (a prefix or a schema) is not lower-case a-z, 0-9 and `_`
+/// starting with a letter, if it is not: the names every backend takes the
+/// same way on every platform.
+fn check_identifier(name: &str) -> std::result::Result<(), String> {
+    if let Some(first) = name.chars().next()
         && !first.is_ascii_lowercase()
     {
         return Err(format!(
-            "`{schema}` must start with a lower-case letter (a-z)"
+            "`{name}` must start with a lower-case letter (a-z)"
         ));
     }
-    if let Some(bad) = schema
+    if let Some(bad) = name
         .chars()
         .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_'))
     {
         return Err(format!(
-            "`{schema}` holds {bad:?}; only a-z, 0-9 and _ are allowed"
+            "`{name}` holds {bad:?}; only a-z, 0-9 and _ are allowed"
         ));
     }
+    Ok(())
+}
+
+/// Why `schema` cannot be a schema, if it cannot.
+fn check_schema(schema: &str) -> std::result::Result<(), String> {
+    check_identifier(schema)?;
     if schema.starts_with("pg_")
         || ["information_schema", "mysql", "performance_schema", "sys"].contains(&schema)
     {
