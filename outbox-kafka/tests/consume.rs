@@ -80,11 +80,12 @@ async fn publish(topic: &TestTopic, orders: impl IntoIterator<Item = i64>) -> an
             Ok(Delivery::new(TaskId::new(order), 1, task))
         })
         .collect::<anyhow::Result<_>>()?;
-    // One record per produce request: tansu, the broker these tests run
-    // on, numbers the records of a batch of several so that a reader
-    // resuming from a committed offset inside that batch skips the rest
-    // of it (a handover mid-batch loses records no consumer committed).
-    // A broker of Apache Kafka's numbering resumes at the record itself.
+    // One record per produce request: on tansu, the broker these tests run
+    // on, a reader resuming from committed offsets that lie inside a batch
+    // of several records was seen to read none of that batch's remaining
+    // records (the handover test then missed them on every run), and one
+    // record per request resumes where the commits say. The test is about
+    // the consumer's commits, not the broker's numbering of batches.
     for delivery in deliveries {
         for result in
             diesel_outbox_postgres::outbox::BatchHandler::handle_batch(&publisher, vec![delivery])
