@@ -81,7 +81,8 @@ pub struct Names {
     /// `None` for the default names, whose statements are their templates.
     named: Option<Arc<Named>>,
     /// The identifier quote of the backend these names are for
-    /// ([`Names::for_backend`]), kept by every later change.
+    /// ([`Names::for_backend`]), kept by every later change: the schema is
+    /// written quoted, so that no keyword of any backend is refused as one.
     quote: char,
 }
 
@@ -99,21 +100,9 @@ impl Default for Names {
 struct Named {
     prefix: String,
     schema: Option<String>,
-    /// The character the backend quotes an identifier with (`"`, or `` ` ``
-    /// on MySQL): the schema is written quoted, so that no keyword of any
-    /// backend is refused as one.
-    quote: char,
+    /// Rendered with the quote of the [`Names`] holding it: a change of
+    /// quote builds a new one.
     rendered: RwLock<HashMap<(usize, usize), Arc<str>>>,
-}
-
-impl Named {
-    /// What each table name is written after: the quoted schema and a dot.
-    fn qualifier(&self) -> Option<String> {
-        let quote = self.quote;
-        self.schema
-            .as_deref()
-            .map(|schema| format!("{quote}{schema}{quote}."))
-    }
 }
 
 impl std::fmt::Debug for Names {
@@ -191,10 +180,7 @@ impl Names {
             BackendKind::Mysql => '`',
             BackendKind::Postgres | BackendKind::Sqlite => '"',
         };
-        let Some(named) = &self.named else {
-            return Ok(Self { quote, ..self });
-        };
-        if backend == BackendKind::Sqlite && named.schema.is_some() {
+        if backend == BackendKind::Sqlite && self.schema().is_some() {
             return Err(Error::Config {
                 field: "schema",
                 reason: "SQLite has no schemas: give the outbox a table prefix, \
@@ -202,18 +188,14 @@ impl Names {
                     .to_owned(),
             });
         }
-        if named.quote == quote {
+        if self.quote == quote {
             return Ok(self);
         }
-        Ok(Self {
-            named: Some(Arc::new(Named {
-                prefix: named.prefix.clone(),
-                schema: named.schema.clone(),
-                quote,
-                rendered: RwLock::default(),
-            })),
-            quote,
-        })
+        let (prefix, schema) = (
+            self.table_prefix().to_owned(),
+            self.schema().map(str::to_owned),
+        );
+        Ok(Self { quote, ..self }.rebuilt(prefix, schema))
     }
 
     /// Names with `prefix` and `schema`, none rendered yet.
@@ -226,7 +208,6 @@ impl Names {
             named: Some(Arc::new(Named {
                 prefix,
                 schema,
-                quote,
                 rendered: RwLock::default(),
             })),
             quote,
@@ -273,9 +254,8 @@ impl Names {
     /// role that was given a schema a DBA created migrates into it); on
     /// MySQL `CREATE SCHEMA IF NOT EXISTS`, its `CREATE DATABASE`.
     pub fn create_schema_sql(&self) -> Option<String> {
-        let named = self.named.as_deref()?;
-        let schema = named.schema.as_deref()?;
-        Some(match named.quote {
+        let schema = self.schema()?;
+        Some(match self.quote {
             '`' => format!("CREATE SCHEMA IF NOT EXISTS `{schema}`;\n"),
             _ => format!(
                 "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = '{schema}') \
@@ -302,7 +282,7 @@ impl Names {
         let text = match cached {
             Some(text) => text,
             None => {
-                let text: Arc<str> = rename(template, named).into();
+                let text: Arc<str> = rename(template, named, self.quote).into();
                 named
                     .rendered
                     .write()
@@ -319,7 +299,7 @@ impl Names {
     pub fn rendered(&self, text: String) -> String {
         match &self.named {
             None => text,
-            Some(named) => rename(&text, named),
+            Some(named) => rename(&text, named, self.quote),
         }
     }
 
@@ -328,7 +308,7 @@ impl Names {
     pub fn render<'t>(&self, text: &'t str) -> Cow<'t, str> {
         match &self.named {
             None => Cow::Borrowed(text),
-            Some(named) => Cow::Owned(rename(text, named)),
+            Some(named) => Cow::Owned(rename(text, named, self.quote)),
         }
     }
 }
@@ -429,14 +409,17 @@ fn is_outbox_name(word: &str) -> bool {
 
 /// `text` with the prefix before every word that [`is_outbox_name`] (a
 /// word: a run of ASCII letters, digits, `_` and `$`, as identifiers are
-/// written), and the schema before each that is one of the [`TABLES`]
+/// written), and the schema, between `quote`s, before each of the [`TABLES`]
 /// (in a string too, as PostgreSQL reads `'outbox_tasks'::regclass`), unless
 /// a dot already stands before it. Indexes and constraints go where their
 /// table goes, under their own names.
-fn rename(text: &str, named: &Named) -> String {
+fn rename(text: &str, named: &Named, quote: char) -> String {
     let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'$';
     let prefix = named.prefix.as_str();
-    let qualifier = named.qualifier();
+    let qualifier = named
+        .schema
+        .as_deref()
+        .map(|schema| format!("{quote}{schema}{quote}."));
     let bytes = text.as_bytes();
     let mut out = String::with_capacity(text.len() + 8 * (prefix.len() + 8));
     let mut copied = 0;
