@@ -31,10 +31,10 @@ struct Prepared {
 /// the task, and `claim` is linked.
 fn prepare(record: Record, outbox: Option<&OutboxId>, claim: &Span) -> Prepared {
     let created_at = record.created_at;
-    let delivery = Delivery::new(record.id, record.runs(), record.task);
+    let runs = record.runs();
     let delivery = match outbox {
-        Some(outbox) => delivery.in_outbox(outbox.clone()),
-        None => delivery,
+        Some(outbox) => Delivery::of_outbox(record.id, runs, record.task, outbox.clone()),
+        None => Delivery::new(record.id, runs, record.task),
     };
     let key = delivery.key();
     let span = telemetry::attempt_span(delivery.id, &key.kind, key.version, delivery.attempt);

@@ -28,11 +28,18 @@ impl Delivery {
     /// outbox in particular ([`OutboxId::UNNAMED`]): for tests of a
     /// handler. The worker's deliveries name their outbox.
     pub fn new(id: TaskId, attempt: i64, task: Task) -> Self {
+        Self::of_outbox(id, attempt, task, OutboxId::new(OutboxId::UNNAMED))
+    }
+
+    /// A delivery of `task` (stored as `id` in `outbox`) for attempt
+    /// `attempt`: what the worker hands a handler, built without naming
+    /// an outbox first.
+    pub(crate) fn of_outbox(id: TaskId, attempt: i64, task: Task, outbox: OutboxId) -> Self {
         Self {
             id,
             attempt,
             task,
-            outbox: OutboxId::new(OutboxId::UNNAMED),
+            outbox,
         }
     }
 

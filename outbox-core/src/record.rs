@@ -102,8 +102,68 @@ impl StoredRow {
     /// The task this row holds, or, when it cannot be read as one, what a
     /// listing shows of it instead ([`UnreadableRow`]).
     pub fn decode(self) -> std::result::Result<Record, UnreadableRow> {
-        let (id, status) = (TaskId::new(self.id), self.status.clone());
-        Record::try_from(self).map_err(|error| UnreadableRow::new(id, status, &error))
+        let id = TaskId::new(self.id);
+        match self.status.parse::<Status>() {
+            // A known status is stored as its own text: the error can show
+            // that, and no copy of the column is kept for it.
+            Ok(status) => self
+                .into_record(status)
+                .map_err(|error| UnreadableRow::new(id, status.as_str(), &error)),
+            Err(unknown) => Err(UnreadableRow::new(
+                id,
+                self.status,
+                &corrupt_status(id, &unknown),
+            )),
+        }
+    }
+
+    /// The record of a row whose status reads as `status`.
+    fn into_record(self, status: Status) -> Result<Record> {
+        let id = TaskId::new(self.id);
+        let corrupt = |field, reason: String| Error::Corrupt { id, field, reason };
+        let headers: Headers =
+            serde_json::from_value(self.headers).map_err(|e| corrupt("headers", e.to_string()))?;
+        if !(0..=self.attempts).contains(&self.released) {
+            // The table's CHECK says so, but not every server enforces CHECKs.
+            return Err(corrupt(
+                "released",
+                format!(
+                    "{} is not within 0..={} (attempts)",
+                    self.released, self.attempts
+                ),
+            ));
+        }
+        let mut task = Task::new(self.kind, self.version, self.payload).headers(headers);
+        task.ordering_key = self.ordering_key;
+        task.dedup_key = self.dedup_key;
+        task.expires_at = self.expires_at;
+        task.max_attempts = self.max_attempts;
+        let lease = match (self.lease_owner, self.lease_expires_at) {
+            (Some(owner), Some(expires_at)) => Some(Lease { owner, expires_at }),
+            _ => None,
+        };
+        Ok(Record {
+            id,
+            task,
+            status,
+            attempts: self.attempts,
+            released: self.released,
+            next_attempt_at: self.next_attempt_at,
+            lease,
+            last_error: self.last_error,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            finished_at: self.finished_at,
+        })
+    }
+}
+
+/// The [`Error::Corrupt`] of row `id`'s unknown status.
+fn corrupt_status(id: TaskId, unknown: &crate::UnknownStatus) -> Error {
+    Error::Corrupt {
+        id,
+        field: "status",
+        reason: unknown.to_string(),
     }
 }
 
@@ -197,48 +257,67 @@ impl From<std::result::Result<Record, UnreadableRow>> for Listed {
 impl TryFrom<StoredRow> for Record {
     type Error = Error;
 
-    /// Fails with [`Error::Corrupt`] when the headers are not a string map,
-    /// the status is unknown, or `released` is not within `0..=attempts`.
+    /// Fails with [`Error::Corrupt`] when the status is unknown, the
+    /// headers are not a string map, or `released` is not within
+    /// `0..=attempts`.
     fn try_from(row: StoredRow) -> Result<Self> {
         let id = TaskId::new(row.id);
-        let corrupt = |field, reason: String| Error::Corrupt { id, field, reason };
-        let headers: Headers =
-            serde_json::from_value(row.headers).map_err(|e| corrupt("headers", e.to_string()))?;
-        let status: Status = row
-            .status
-            .parse()
-            .map_err(|e: crate::UnknownStatus| corrupt("status", e.to_string()))?;
-        if !(0..=row.attempts).contains(&row.released) {
-            // The table's CHECK says so, but not every server enforces CHECKs.
-            return Err(corrupt(
-                "released",
-                format!(
-                    "{} is not within 0..={} (attempts)",
-                    row.released, row.attempts
-                ),
-            ));
+        match row.status.parse::<Status>() {
+            Ok(status) => row.into_record(status),
+            Err(unknown) => Err(corrupt_status(id, &unknown)),
         }
-        let mut task = Task::new(row.kind, row.version, row.payload).headers(headers);
-        task.ordering_key = row.ordering_key;
-        task.dedup_key = row.dedup_key;
-        task.expires_at = row.expires_at;
-        task.max_attempts = row.max_attempts;
-        let lease = match (row.lease_owner, row.lease_expires_at) {
-            (Some(owner), Some(expires_at)) => Some(Lease { owner, expires_at }),
-            _ => None,
-        };
-        Ok(Record {
-            id,
-            task,
-            status,
-            attempts: row.attempts,
-            released: row.released,
-            next_attempt_at: row.next_attempt_at,
-            lease,
-            last_error: row.last_error,
-            created_at: row.created_at,
-            updated_at: row.updated_at,
-            finished_at: row.finished_at,
-        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(status: &str, headers: serde_json::Value) -> StoredRow {
+        let at = DateTime::<Utc>::UNIX_EPOCH;
+        StoredRow {
+            id: 7,
+            kind: "k".into(),
+            version: 1,
+            payload: b"{}".to_vec(),
+            headers,
+            ordering_key: None,
+            dedup_key: None,
+            status: status.into(),
+            attempts: 1,
+            released: 0,
+            max_attempts: None,
+            next_attempt_at: at,
+            lease_owner: Some("w".into()),
+            lease_expires_at: Some(at),
+            expires_at: None,
+            last_error: String::new(),
+            created_at: at,
+            updated_at: at,
+            finished_at: None,
+        }
+    }
+
+    #[test]
+    fn a_row_that_cannot_be_read_shows_its_status_as_stored() {
+        let unknown = stored("Running ", serde_json::json!({}))
+            .decode()
+            .expect_err("unknown status");
+        assert_eq!(
+            (unknown.id, unknown.status.as_str(), unknown.field),
+            (TaskId::new(7), "Running ", "status")
+        );
+        let bad_headers = stored("running", serde_json::json!({"a": 1}))
+            .decode()
+            .expect_err("headers that are not a string map");
+        assert_eq!(
+            (bad_headers.status.as_str(), bad_headers.field),
+            ("running", "headers")
+        );
+        let record = stored("running", serde_json::json!({"a": "b"}))
+            .decode()
+            .expect("a readable row");
+        assert_eq!(record.status, Status::Running);
+        assert_eq!(record.lease.map(|lease| lease.owner).as_deref(), Some("w"));
     }
 }

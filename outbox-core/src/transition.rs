@@ -12,7 +12,7 @@
 //! runs each store operation and compares the rows that result with these
 //! functions, on every backend.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
 
@@ -121,8 +121,9 @@ pub fn availability(state: &TaskState, now: DateTime<Utc>) -> Availability {
 pub struct Fence {
     /// The task.
     pub id: TaskId,
-    /// The claiming worker.
-    pub owner: String,
+    /// The claiming worker: shared by every fence of its claims, so a claim
+    /// of many tasks copies the name once.
+    pub owner: Arc<str>,
     /// The attempt number the claim started (the row's `attempts` after the claim).
     pub attempt: i64,
     /// The task's ordering key: a write that finishes the task moves the key
@@ -152,7 +153,7 @@ pub fn claim(
             };
             let fence = Fence {
                 id,
-                owner: owner.to_owned(),
+                owner: owner.into(),
                 attempt,
                 ordering_key: state.ordering_key.clone(),
             };
@@ -316,7 +317,7 @@ pub fn complete(
         && state
             .lease
             .as_ref()
-            .is_some_and(|lease| lease.owner == fence.owner);
+            .is_some_and(|lease| *lease.owner == *fence.owner);
     current.then(|| TaskState {
         status: completion.status,
         released: state.released + i64::from(completion.released),

@@ -47,6 +47,8 @@ struct Inner<S> {
     send_slots: Arc<Semaphore>,
     /// The store's outbox id, read before the first claim.
     outbox: tokio::sync::OnceCell<OutboxId>,
+    /// `config.owner`, shared by the fences of every claim.
+    owner: Arc<str>,
 }
 
 /// Counts one `send_async` task while it lives, even if it panics or is aborted.
@@ -89,6 +91,7 @@ impl<S: Store> Worker<S> {
                 in_flight: watch::channel(0).0,
                 send_slots: Arc::new(Semaphore::new(config.concurrency)),
                 outbox: tokio::sync::OnceCell::new(),
+                owner: config.owner.as_str().into(),
                 config,
             }),
         })
@@ -224,7 +227,7 @@ impl<S: Store> Worker<S> {
     pub(crate) fn fence(&self, record: &Record) -> transition::Fence {
         transition::Fence {
             id: record.id,
-            owner: self.inner.config.owner.clone(),
+            owner: Arc::clone(&self.inner.owner),
             attempt: record.attempts,
             ordering_key: record.task.ordering_key.clone(),
         }

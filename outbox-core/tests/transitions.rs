@@ -57,7 +57,7 @@ fn lease(owner: &str, expires_at: DateTime<Utc>) -> Option<Lease> {
 fn fence(owner: &str, attempt: i64) -> Fence {
     Fence {
         id: ID,
-        owner: owner.to_owned(),
+        owner: owner.into(),
         attempt,
         ordering_key: None,
     }
@@ -1286,7 +1286,7 @@ impl Sim {
     fn pick_fence(&self, choice: &FenceChoice) -> Fence {
         let base = self.last_fence.clone().unwrap_or_else(|| Fence {
             id: ID,
-            owner: OWNERS[0].to_owned(),
+            owner: OWNERS[0].into(),
             attempt: self.state.attempts,
             ordering_key: self.state.ordering_key.clone(),
         });
@@ -1295,10 +1295,10 @@ impl Sim {
             FenceChoice::ForeignOwner(shift) => {
                 let index = OWNERS
                     .iter()
-                    .position(|o| *o == base.owner)
+                    .position(|o| **o == *base.owner)
                     .expect("owners come from the pool");
                 Fence {
-                    owner: OWNERS[(index + shift) % OWNERS.len()].to_owned(),
+                    owner: OWNERS[(index + shift) % OWNERS.len()].into(),
                     ..base
                 }
             }
@@ -1317,7 +1317,7 @@ impl Sim {
                 .state
                 .lease
                 .as_ref()
-                .is_some_and(|l| l.owner == fence.owner)
+                .is_some_and(|l| *l.owner == *fence.owner)
     }
 
     /// Applies `event` (a refused event leaves the state as it was), checking
@@ -1356,7 +1356,7 @@ impl Sim {
                         prop_assert_eq!(next.released, before.released);
                         prop_assert_eq!(fence.attempt, next.attempts);
                         prop_assert_eq!(fence.id, ID);
-                        prop_assert_eq!(fence.owner.as_str(), owner);
+                        prop_assert_eq!(&*fence.owner, owner);
                         prop_assert_eq!(&fence.ordering_key, &before.ordering_key);
                         prop_assert_eq!(
                             next.lease.clone(),
@@ -1803,7 +1803,7 @@ fn check_unmovable(state: &TaskState, now: DateTime<Utc>) -> Result<(), TestCase
         for owner in OWNERS {
             let f = Fence {
                 id: ID,
-                owner: owner.to_owned(),
+                owner: owner.into(),
                 attempt: state.attempts,
                 ordering_key: state.ordering_key.clone(),
             };
@@ -2167,7 +2167,7 @@ impl KeySim {
         let task = &self.tasks[i];
         let fence = task.holder.clone().unwrap_or_else(|| Fence {
             id: Self::id(i),
-            owner: OWNERS[0].to_owned(),
+            owner: OWNERS[0].into(),
             attempt: task.state.attempts,
             ordering_key: Some(KEY.to_owned()),
         });
@@ -2337,7 +2337,7 @@ proptest! {
         let current_owner = sim.state.lease.as_ref().map(|l| l.owner.as_str());
         let stale_fence = |attempt| Fence {
             id: ID,
-            owner: owner.to_owned(),
+            owner: owner.into(),
             attempt,
             ordering_key: sim.state.ordering_key.clone(),
         };

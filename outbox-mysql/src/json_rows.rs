@@ -93,7 +93,7 @@ mod tests {
             fence: Fence {
                 id: TaskId::new(id),
                 attempt: 2,
-                owner: "wörker".to_owned(),
+                owner: "wörker".into(),
                 ordering_key: None,
             },
             status: Status::Waiting,

@@ -332,10 +332,10 @@ impl Dialect for Postgres {
         let Some(first) = completions.first() else {
             return Ok(Vec::new());
         };
-        let owner = &first.fence.owner;
+        let owner: &str = &first.fence.owner;
         let applied: Vec<Applied> = if completions
             .iter()
-            .all(|c| c.status == Status::Succeeded && &c.fence.owner == owner)
+            .all(|c| c.status == Status::Succeeded && &*c.fence.owner == owner)
         {
             cached(&self.sql(sql::SUCCEED))
                 .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.id.get()))
@@ -347,7 +347,7 @@ impl Dialect for Postgres {
         } else {
             cached(&self.sql(sql::COMPLETE))
                 .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.id.get()))
-                .bind::<Array<Text>, _>(column(completions, |c| c.fence.owner.as_str()))
+                .bind::<Array<Text>, _>(column(completions, |c| &*c.fence.owner))
                 .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.attempt))
                 .bind::<Array<Text>, _>(column(completions, |c| c.status.as_str()))
                 .bind::<Array<BigInt>, _>(column(completions, |c| c.retry_in.map_or(0, micros)))

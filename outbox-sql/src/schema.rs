@@ -129,17 +129,16 @@ macro_rules! outbox_schema {
             /// The task this row holds, or what a listing shows of it when
             /// a column cannot be read.
             pub(crate) fn decode(self) -> $crate::ReadRow {
-                let (id, status) = (
-                    ::diesel_outbox_core::TaskId::new(self.id),
-                    self.status.clone(),
-                );
                 match self.stored() {
                     Ok(row) => row.decode(),
-                    Err(error) => Err(::diesel_outbox_core::UnreadableRow::new(id, status, &error)),
+                    Err((error, id, status)) => Err(::diesel_outbox_core::UnreadableRow::new(
+                        ::diesel_outbox_core::TaskId::new(id),
+                        status,
+                        &error,
+                    )),
                 }
             }
 
-            /// The row as a claim took it, with its fence.
             #[allow(
                 dead_code,
                 reason = "only the backends that claim in one statement read it"
@@ -151,8 +150,27 @@ macro_rules! outbox_schema {
                 }
             }
 
-            /// The row's columns as the core reads them.
-            fn stored(self) -> ::diesel_outbox_core::Result<::diesel_outbox_core::StoredRow> {
+            /// The row as stored; when a column cannot be read, the error
+            /// with the row's id and its status as stored.
+            fn stored(
+                mut self,
+            ) -> ::std::result::Result<
+                ::diesel_outbox_core::StoredRow,
+                (::diesel_outbox_core::Error, i64, String),
+            > {
+                // Taken out (an empty `String` allocates nothing) so that an
+                // error can still show it, without a copy.
+                let status = ::std::mem::take(&mut self.status);
+                let id = self.id;
+                match self.read() {
+                    Ok(row) => Ok(::diesel_outbox_core::StoredRow { status, ..row }),
+                    Err(error) => Err((error, id, status)),
+                }
+            }
+
+            /// The row with its columns read; its status is the one left in
+            /// `self`.
+            fn read(self) -> ::diesel_outbox_core::Result<::diesel_outbox_core::StoredRow> {
                 let id = self.id;
                 let opt_time = |field, at: Option<$time_rust>| {
                     at.map(|at| $time_read(id, field, at)).transpose()

@@ -547,10 +547,10 @@ async fn complete(
     let Some(first) = completions.first() else {
         return Ok(Vec::new());
     };
-    let owner = &first.fence.owner;
+    let owner: &str = &first.fence.owner;
     if completions
         .iter()
-        .all(|c| c.status == Status::Succeeded && &c.fence.owner == owner)
+        .all(|c| c.status == Status::Succeeded && &*c.fence.owner == owner)
     {
         let text = names.rendered(sql::succeed(completions.len()));
         let mut query = uncached::<SqliteBackend>(&text).bind::<BigInt, _>(to_micros(now));
@@ -578,7 +578,7 @@ async fn complete(
         let finished_at = c.status.is_finished().then(|| to_micros(now));
         query = query
             .bind::<BigInt, _>(c.fence.id.get())
-            .bind::<Text, _>(&c.fence.owner)
+            .bind::<Text, _>(&*c.fence.owner)
             .bind::<BigInt, _>(c.fence.attempt)
             .bind::<Text, _>(c.status.as_str())
             .bind::<Nullable<BigInt>, _>(next_attempt_at)

@@ -54,7 +54,7 @@ async fn a_completion_write_reads_only_its_rows<N: TestNames>() -> anyhow::Resul
         .map(|id| Completion {
             fence: Fence {
                 id: TaskId::new(id),
-                owner: "writer".to_owned(),
+                owner: "writer".into(),
                 attempt: 1,
                 ordering_key: None,
             },

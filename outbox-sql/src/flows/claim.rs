@@ -178,7 +178,7 @@ pub async fn settle<D: Dialect>(
                 tracing::warn!(task_id = row.id.get(), row = %row, "failing a task whose row cannot be decoded");
                 let fence = Fence {
                     id: row.id,
-                    owner: owner.to_owned(),
+                    owner: owner.into(),
                     attempt: attempts,
                     // A failed task keeps its key: nothing moves on.
                     ordering_key: None,

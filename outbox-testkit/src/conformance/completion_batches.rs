@@ -190,7 +190,7 @@ fn claimed(outcome: ClaimOutcome) -> anyhow::Result<Record> {
 fn fence(record: &Record) -> Fence {
     Fence {
         id: record.id,
-        owner: "w".to_owned(),
+        owner: "w".into(),
         attempt: record.attempts,
         ordering_key: record.task.ordering_key.clone(),
     }

@@ -136,7 +136,7 @@ pub async fn failure_hook_runs_once_for_each_task_failed_for_good<B: TestBackend
     // failure of a delivered task.
     let fence = transition::Fence {
         id: claimed.id,
-        owner: claim.owner.clone(),
+        owner: claim.owner.as_str().into(),
         attempt: claimed.attempts,
         ordering_key: None,
     };

@@ -47,7 +47,7 @@ fn succeeded(record: &diesel_outbox_core::Record, owner: &str) -> Completion {
     transition::decide(
         transition::Fence {
             id: record.id,
-            owner: owner.to_owned(),
+            owner: owner.into(),
             attempt: record.attempts,
             ordering_key: record.task.ordering_key.clone(),
         },

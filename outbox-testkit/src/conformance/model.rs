@@ -475,7 +475,8 @@ fn completion(before: &TaskState, target: TaskId, n: usize) -> Completion {
         owner: before
             .lease
             .as_ref()
-            .map_or_else(|| HOLDER.to_owned(), |lease| lease.owner.clone()),
+            .map_or(HOLDER, |lease| lease.owner.as_str())
+            .into(),
         attempt,
         ordering_key: before.ordering_key.clone(),
     };
