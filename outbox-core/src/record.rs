@@ -103,35 +103,31 @@ impl StoredRow {
     /// listing shows of it instead ([`UnreadableRow`]).
     pub fn decode(self) -> std::result::Result<Record, UnreadableRow> {
         let id = TaskId::new(self.id);
-        match self.status.parse::<Status>() {
-            // A known status is stored as its own text: the error can show
-            // that, and no copy of the column is kept for it.
-            Ok(status) => self
-                .into_record(status)
-                .map_err(|error| UnreadableRow::new(id, status.as_str(), &error)),
-            Err(unknown) => Err(UnreadableRow::new(
-                id,
-                self.status,
-                &corrupt_status(id, &unknown),
-            )),
-        }
+        self.into_record()
+            .map_err(|(error, status)| UnreadableRow::new(id, status, &error))
     }
 
-    /// The record of a row whose status reads as `status`.
-    fn into_record(self, status: Status) -> Result<Record> {
+    /// The record this row holds; or why not, with the status as stored
+    /// (moved out, not copied, for a listing to show).
+    fn into_record(mut self) -> std::result::Result<Record, (Error, String)> {
         let id = TaskId::new(self.id);
         let corrupt = |field, reason: String| Error::Corrupt { id, field, reason };
-        let headers: Headers =
-            serde_json::from_value(self.headers).map_err(|e| corrupt("headers", e.to_string()))?;
+        let stored = std::mem::take(&mut self.status);
+        let headers: Headers = match serde_json::from_value(self.headers) {
+            Ok(headers) => headers,
+            Err(e) => return Err((corrupt("headers", e.to_string()), stored)),
+        };
+        let status = match stored.parse::<Status>() {
+            Ok(status) => status,
+            Err(e) => return Err((corrupt("status", e.to_string()), stored)),
+        };
         if !(0..=self.attempts).contains(&self.released) {
             // The table's CHECK says so, but not every server enforces CHECKs.
-            return Err(corrupt(
-                "released",
-                format!(
-                    "{} is not within 0..={} (attempts)",
-                    self.released, self.attempts
-                ),
-            ));
+            let reason = format!(
+                "{} is not within 0..={} (attempts)",
+                self.released, self.attempts
+            );
+            return Err((corrupt("released", reason), stored));
         }
         let mut task = Task::new(self.kind, self.version, self.payload).headers(headers);
         task.ordering_key = self.ordering_key;
@@ -155,15 +151,6 @@ impl StoredRow {
             updated_at: self.updated_at,
             finished_at: self.finished_at,
         })
-    }
-}
-
-/// The [`Error::Corrupt`] of row `id`'s unknown status.
-fn corrupt_status(id: TaskId, unknown: &crate::UnknownStatus) -> Error {
-    Error::Corrupt {
-        id,
-        field: "status",
-        reason: unknown.to_string(),
     }
 }
 
@@ -257,15 +244,10 @@ impl From<std::result::Result<Record, UnreadableRow>> for Listed {
 impl TryFrom<StoredRow> for Record {
     type Error = Error;
 
-    /// Fails with [`Error::Corrupt`] when the status is unknown, the
-    /// headers are not a string map, or `released` is not within
-    /// `0..=attempts`.
+    /// Fails with [`Error::Corrupt`] when the headers are not a string map,
+    /// the status is unknown, or `released` is not within `0..=attempts`.
     fn try_from(row: StoredRow) -> Result<Self> {
-        let id = TaskId::new(row.id);
-        match row.status.parse::<Status>() {
-            Ok(status) => row.into_record(status),
-            Err(unknown) => Err(corrupt_status(id, &unknown)),
-        }
+        row.into_record().map_err(|(error, _)| error)
     }
 }
 
@@ -313,6 +295,14 @@ mod tests {
         assert_eq!(
             (bad_headers.status.as_str(), bad_headers.field),
             ("running", "headers")
+        );
+        let both = stored("Running ", serde_json::json!({"a": 1}))
+            .decode()
+            .expect_err("bad headers and an unknown status");
+        assert_eq!(
+            (both.status.as_str(), both.field),
+            ("Running ", "headers"),
+            "the headers are read first"
         );
         let record = stored("running", serde_json::json!({"a": "b"}))
             .decode()

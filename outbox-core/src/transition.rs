@@ -121,8 +121,8 @@ pub fn availability(state: &TaskState, now: DateTime<Utc>) -> Availability {
 pub struct Fence {
     /// The task.
     pub id: TaskId,
-    /// The claiming worker: shared by every fence of its claims, so a claim
-    /// of many tasks copies the name once.
+    /// The claiming worker's owner name: an `Arc`, so that a worker's
+    /// fences share one copy of it.
     pub owner: Arc<str>,
     /// The attempt number the claim started (the row's `attempts` after the claim).
     pub attempt: i64,

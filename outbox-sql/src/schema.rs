@@ -139,6 +139,7 @@ macro_rules! outbox_schema {
                 }
             }
 
+            /// The row as a claim took it, with its fence.
             #[allow(
                 dead_code,
                 reason = "only the backends that claim in one statement read it"
