@@ -129,14 +129,8 @@ macro_rules! outbox_schema {
             /// The task this row holds, or what a listing shows of it when
             /// a column cannot be read.
             pub(crate) fn decode(self) -> $crate::ReadRow {
-                match self.stored() {
-                    Ok(row) => row.decode(),
-                    Err((error, id, status)) => Err(::diesel_outbox_core::UnreadableRow::new(
-                        ::diesel_outbox_core::TaskId::new(id),
-                        status,
-                        &error,
-                    )),
-                }
+                self.stored()
+                    .and_then(::diesel_outbox_core::StoredRow::decode)
             }
 
             /// The row as a claim took it, with its fence.
@@ -151,21 +145,21 @@ macro_rules! outbox_schema {
                 }
             }
 
-            /// The row as stored; when a column cannot be read, the error
-            /// with the row's id and its status as stored.
+            /// The row as stored; when a column cannot be read, what a
+            /// listing shows of it, with its status as stored.
             fn stored(
                 mut self,
             ) -> ::std::result::Result<
                 ::diesel_outbox_core::StoredRow,
-                (::diesel_outbox_core::Error, i64, String),
+                ::diesel_outbox_core::UnreadableRow,
             > {
                 // Taken out (an empty `String` allocates nothing) so that an
                 // error can still show it, without a copy.
                 let status = ::std::mem::take(&mut self.status);
-                let id = self.id;
+                let id = ::diesel_outbox_core::TaskId::new(self.id);
                 match self.read() {
                     Ok(row) => Ok(::diesel_outbox_core::StoredRow { status, ..row }),
-                    Err(error) => Err((error, id, status)),
+                    Err(error) => Err(::diesel_outbox_core::UnreadableRow::new(id, status, &error)),
                 }
             }
 
