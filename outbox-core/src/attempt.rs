@@ -13,7 +13,7 @@ use futures_util::{FutureExt, future::Either};
 use tracing::{Instrument, Span};
 
 use crate::{
-    BatchHandler, Delivery, HandlerError, Handling, OutboxId, Record, Registry,
+    BatchHandler, ClaimedTask, Delivery, HandlerError, Handling, OutboxId, Registry,
     telemetry::{self, KindKeys},
     transition::Outcome,
 };
@@ -29,7 +29,7 @@ struct Prepared {
 /// Turns `record` into the delivery its handler receives, named after
 /// `outbox`, with its attempt span: its parent is the trace that enqueued
 /// the task, and `claim` is linked.
-fn prepare(record: Record, outbox: Option<&OutboxId>, claim: &Span) -> Prepared {
+fn prepare(record: ClaimedTask, outbox: Option<&OutboxId>, claim: &Span) -> Prepared {
     let created_at = record.created_at;
     let runs = record.runs();
     let delivery = match outbox {
@@ -109,7 +109,7 @@ const UNNAMED: &str = "the outbox's id was not read before the claim";
 /// attempt span without an outcome).
 pub(crate) fn run_handler(
     registry: &Registry,
-    record: Record,
+    record: ClaimedTask,
     outbox: Option<OutboxId>,
     timeout: Duration,
     claim: Span,
@@ -191,7 +191,7 @@ fn no_answer() -> HandlerError {
 /// runs in a span of its own that they follow from.
 pub(crate) fn run_batch(
     handler: Arc<dyn BatchHandler>,
-    records: Vec<Record>,
+    records: Vec<ClaimedTask>,
     outbox: Option<OutboxId>,
     timeout: Duration,
     claim: Span,

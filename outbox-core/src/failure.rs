@@ -5,7 +5,7 @@ use std::{fmt, future::Future, panic::AssertUnwindSafe, pin::Pin, sync::Arc};
 
 use futures_util::FutureExt;
 
-use crate::{Record, Status, Store, TaskId, Worker, attempt::panic_text, telemetry};
+use crate::{ClaimedTask, Record, Status, Store, TaskId, Worker, attempt::panic_text, telemetry};
 
 type HookFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -44,33 +44,28 @@ impl fmt::Debug for OnFailed {
 }
 
 impl<S: Store> Worker<S> {
-    /// Runs the failure hook, if any, for a task this worker has just
-    /// failed, in a task of its own.
-    pub(crate) fn report_failed(&self, record: Record) {
-        if let Some(hook) = self.registry().on_failed() {
-            let hook = hook.clone();
-            self.spawn_tracked(async move { run_hook(&hook, record).await });
-        }
-    }
-
     /// Takes out of a claimed batch the tasks the claim found past their
     /// deadline (they come back already failed), counts them in
-    /// `outbox_expired_total` and runs the failure hook for each; returns
-    /// how many. What stays in `records` is to be started or given back.
-    pub(crate) fn set_aside_expired(&self, records: &mut Vec<Record>) -> u64 {
-        let mut expired = 0;
-        for record in records.extract_if(.., |record| record.status == Status::Failed) {
-            expired += 1;
-            self.report_failed(record);
+    /// `outbox_expired_total` and runs the failure hook for each, with its
+    /// record read after the claim; returns how many. What stays in
+    /// `records` is to be started or given back.
+    pub(crate) fn set_aside_expired(&self, records: &mut Vec<ClaimedTask>) -> u64 {
+        let expired: Vec<TaskId> = records
+            .extract_if(.., |record| record.status == Status::Failed)
+            .map(|record| record.id)
+            .collect();
+        if expired.is_empty() {
+            return 0;
         }
-        if expired > 0 {
-            telemetry::expired(expired);
-        }
-        expired
+        let count = expired.len() as u64;
+        telemetry::expired(count);
+        self.report_failed_ids(expired);
+        count
     }
 
-    /// Like [`report_failed`](Self::report_failed) for tasks known by id:
-    /// their records are read first.
+    /// Runs the failure hook, if any, for each of the tasks `ids` this
+    /// worker has just failed, each in a task of its own, with its record
+    /// read first.
     pub(crate) fn report_failed_ids(&self, ids: impl IntoIterator<Item = TaskId>) {
         let Some(hook) = self.registry().on_failed() else {
             return;

@@ -47,6 +47,7 @@
 
 mod attempt;
 mod batch_handler;
+mod claimed;
 mod config;
 pub mod consume;
 mod db_error;
@@ -77,6 +78,7 @@ mod worker;
 
 pub use async_trait::async_trait;
 pub use batch_handler::{BatchHandler, BatchHandlerFn, Handling, batch_handler_fn};
+pub use claimed::{ClaimedTask, StoredClaim};
 pub use config::WorkerConfig;
 pub use db_error::DatabaseErrorKind;
 pub use delivery::Delivery;

@@ -111,24 +111,12 @@ impl StoredRow {
     /// (moved out, not copied, for a listing to show).
     fn into_record(mut self) -> std::result::Result<Record, (Error, String)> {
         let id = TaskId::new(self.id);
-        let corrupt = |field, reason: String| Error::Corrupt { id, field, reason };
         let stored = std::mem::take(&mut self.status);
-        let headers: Headers = match serde_json::from_value(self.headers) {
-            Ok(headers) => headers,
-            Err(e) => return Err((corrupt("headers", e.to_string()), stored)),
-        };
-        let status = match stored.parse::<Status>() {
-            Ok(status) => status,
-            Err(e) => return Err((corrupt("status", e.to_string()), stored)),
-        };
-        if !(0..=self.attempts).contains(&self.released) {
-            // The table's CHECK says so, but not every server enforces CHECKs.
-            let reason = format!(
-                "{} is not within 0..={} (attempts)",
-                self.released, self.attempts
-            );
-            return Err((corrupt("released", reason), stored));
-        }
+        let (headers, status) =
+            match checked_row(id, self.headers, &stored, self.attempts, self.released) {
+                Ok(checked) => checked,
+                Err(error) => return Err((error, stored)),
+            };
         let mut task = Task::new(self.kind, self.version, self.payload).headers(headers);
         task.ordering_key = self.ordering_key;
         task.dedup_key = self.dedup_key;
@@ -152,6 +140,30 @@ impl StoredRow {
             finished_at: self.finished_at,
         })
     }
+}
+
+/// The columns of a stored task that need more than a copy to be read,
+/// checked in the order a listing reports them: the headers (a string
+/// map), the status (a known one) and `released` (within `0..=attempts`).
+pub(crate) fn checked_row(
+    id: TaskId,
+    headers: serde_json::Value,
+    status: &str,
+    attempts: i64,
+    released: i64,
+) -> Result<(Headers, Status)> {
+    let corrupt = |field, reason: String| Error::Corrupt { id, field, reason };
+    let headers: Headers =
+        serde_json::from_value(headers).map_err(|e| corrupt("headers", e.to_string()))?;
+    let status = status
+        .parse::<Status>()
+        .map_err(|e| corrupt("status", e.to_string()))?;
+    if !(0..=attempts).contains(&released) {
+        // The table's CHECK says so, but not every server enforces CHECKs.
+        let reason = format!("{released} is not within 0..={attempts} (attempts)");
+        return Err(corrupt("released", reason));
+    }
+    Ok((headers, status))
 }
 
 /// A row of the tasks table that cannot be read as a task: written by

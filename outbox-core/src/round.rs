@@ -6,7 +6,7 @@ use futures_util::{StreamExt, stream};
 use tracing::{Instrument, Span};
 
 use crate::{
-    BatchRequest, Error, Record, Result, Status, Store, Worker, WriteReport,
+    BatchRequest, ClaimedTask, Error, Result, Status, Store, Worker, WriteReport,
     limits::MAX_BATCH_SIZE,
     relay::maintainer::drain,
     telemetry,
@@ -15,7 +15,7 @@ use crate::{
 
 /// A claimed batch, the claim's span, and when the claim went out.
 struct Claimed {
-    records: Vec<Record>,
+    records: Vec<ClaimedTask>,
     span: Span,
     at: Instant,
 }
@@ -127,7 +127,7 @@ impl<S: Store> Worker<S> {
             request.after = Some(last);
             // The first claim's database time marks the round's start.
             if request.due_by.is_none() {
-                request.due_by = records.iter().map(|r| r.updated_at).min();
+                request.due_by = records.iter().map(|r| r.claimed_at).min();
             }
             let exhausted = records.len() < batch_size;
             report.expired += self.set_aside_expired(&mut records);
@@ -191,7 +191,7 @@ impl<S: Store> Worker<S> {
     /// claim does not count as a run. Expired tasks came back failed and
     /// only go to the failure hook. If the give-back cannot be written
     /// either, the leases lapse and the tasks run later.
-    async fn give_back(&self, mut records: Vec<Record>) {
+    async fn give_back(&self, mut records: Vec<ClaimedTask>) {
         self.set_aside_expired(&mut records);
         let releases: Vec<Completion> = records
             .iter()

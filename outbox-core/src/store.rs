@@ -2,7 +2,7 @@
 
 use std::{future::Future, time::Duration};
 
-use crate::{OutboxId, Record, Result, Task, TaskId, transition::Completion};
+use crate::{ClaimedTask, OutboxId, Record, Result, Task, TaskId, transition::Completion};
 
 /// What a claim asks for: who claims, and for how long.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,9 +105,12 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Claims up to `limit` available tasks in id order, skipping rows other
     /// workers hold; waiting, running and blocked rows are never read.
     /// Expired tasks met on the way are marked failed and returned with
-    /// status `Failed`, so a round can count them.
-    fn claim_due(&self, request: &BatchRequest)
-    -> impl Future<Output = Result<Vec<Record>>> + Send;
+    /// status `Failed`, so a round can count them. Each comes back as what
+    /// its delivery needs ([`ClaimedTask`]), not as the whole row.
+    fn claim_due(
+        &self,
+        request: &BatchRequest,
+    ) -> impl Future<Output = Result<Vec<ClaimedTask>>> + Send;
 
     /// Writes attempt results; each applies only under its fence. Returns how
     /// many applied. A result that lets an ordering key move on

@@ -8,7 +8,7 @@ use futures_util::{FutureExt, future::Either};
 use tracing::Span;
 
 use crate::{
-    BatchHandler, HandlerKey, Handling, Record, Store, Worker, attempt::run_batch, transition,
+    BatchHandler, ClaimedTask, HandlerKey, Handling, Store, Worker, attempt::run_batch, transition,
     transition::Completion,
 };
 
@@ -20,14 +20,14 @@ use crate::{
 )]
 pub(crate) enum Unit {
     /// A task whose kind has a per-delivery handler, or none.
-    One(Record),
+    One(ClaimedTask),
     /// Tasks of one batch-handled kind and version.
-    Batch(Arc<dyn BatchHandler>, Vec<Record>),
+    Batch(Arc<dyn BatchHandler>, Vec<ClaimedTask>),
 }
 
 impl Unit {
     /// The records of the unit.
-    pub(crate) fn records(&self) -> &[Record] {
+    pub(crate) fn records(&self) -> &[ClaimedTask] {
         match self {
             Self::One(record) => std::slice::from_ref(record),
             Self::Batch(_, records) => records,
@@ -62,7 +62,7 @@ impl<S: Store> Worker<S> {
     /// Groups claimed `records` into units: each kind registered with a
     /// batch handler in one batch (in claim order), every other record
     /// alone.
-    pub(crate) fn units(&self, records: Vec<Record>) -> Vec<Unit> {
+    pub(crate) fn units(&self, records: Vec<ClaimedTask>) -> Vec<Unit> {
         if !self.registry().has_batch_handlers() {
             return records.into_iter().map(Unit::One).collect();
         }
@@ -141,7 +141,7 @@ impl<S: Store> Worker<S> {
     fn attempt_batch(
         &self,
         handler: Arc<dyn BatchHandler>,
-        records: Vec<Record>,
+        records: Vec<ClaimedTask>,
         claim: Span,
     ) -> impl Future<Output = Finished> + Send + 'static {
         let decided: Vec<_> = records

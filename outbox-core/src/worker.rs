@@ -11,8 +11,8 @@ use tokio::{
 use tracing::{Instrument, Span};
 
 use crate::{
-    BatchRequest, ClaimOutcome, Error, LeaseRequest, OutboxId, Record, Registry, Result, Status,
-    Store, TaskId, WorkerConfig,
+    BatchRequest, ClaimOutcome, ClaimedTask, Error, LeaseRequest, OutboxId, Registry, Result,
+    Status, Store, TaskId, WorkerConfig,
     attempt::run_handler,
     telemetry,
     transition::{self, Completion, Outcome},
@@ -146,7 +146,7 @@ impl<S: Store> Worker<S> {
             .instrument(claim.clone())
             .await?;
         let record = match claimed {
-            ClaimOutcome::Claimed(record) => *record,
+            ClaimOutcome::Claimed(record) => ClaimedTask::from(*record),
             ClaimOutcome::Finished(Status::Succeeded) => return Ok(()),
             ClaimOutcome::Finished(Status::Discarded) => return Err(Error::Discarded(id)),
             ClaimOutcome::Finished(_) => return Err(Error::Failed(id)),
@@ -224,7 +224,7 @@ impl<S: Store> Worker<S> {
     }
 
     /// The fence of this worker's claim on `record`.
-    pub(crate) fn fence(&self, record: &Record) -> transition::Fence {
+    pub(crate) fn fence(&self, record: &ClaimedTask) -> transition::Fence {
         transition::Fence {
             id: record.id,
             owner: Arc::clone(&self.inner.owner),
@@ -260,7 +260,10 @@ impl<S: Store> Worker<S> {
     /// Claims up to `request.limit` due tasks, in an `outbox.claim` span
     /// (a child of the current span) that the caller passes on to each
     /// task's [`attempt`](Self::attempt).
-    pub(crate) async fn claim_due(&self, request: &BatchRequest) -> Result<(Vec<Record>, Span)> {
+    pub(crate) async fn claim_due(
+        &self,
+        request: &BatchRequest,
+    ) -> Result<(Vec<ClaimedTask>, Span)> {
         self.outbox_id().await?;
         let span = telemetry::claim_due_span(request.limit);
         let records = self
@@ -282,7 +285,7 @@ impl<S: Store> Worker<S> {
     /// [`run_handler`] on why it holds no record).
     pub(crate) fn attempt(
         &self,
-        record: Record,
+        record: ClaimedTask,
         claim: Span,
     ) -> impl Future<Output = (Completion, Outcome)> + Send + 'static {
         let fence = self.fence(&record);

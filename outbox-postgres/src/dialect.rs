@@ -24,7 +24,7 @@ use diesel_async::{
     },
 };
 use diesel_outbox_core::{
-    BatchRequest, ClaimOutcome, Error, LeaseRequest, OutboxId, Record, Rescued, Result, Stats,
+    BatchRequest, ClaimOutcome, ClaimedTask, Error, LeaseRequest, OutboxId, Rescued, Result, Stats,
     Status, Task, TaskId, Wakeups,
     transition::{self, Availability, Completion, EXPIRED_ERROR},
 };
@@ -38,7 +38,7 @@ use diesel_outbox_sql::{
 use crate::{
     insert::{self, Row},
     listen, statements as sql,
-    tables::TaskRow,
+    tables::{ClaimRow, ClaimSqlType, TaskRow},
 };
 
 /// The PostgreSQL backend. Its one setting: whether enqueues wake relays
@@ -302,21 +302,21 @@ impl Dialect for Postgres {
         &self,
         conn: &mut AsyncPgConnection,
         request: &BatchRequest,
-    ) -> Result<Vec<Record>> {
+    ) -> Result<Vec<ClaimedTask>> {
         let limit =
             i64::try_from(request.limit).map_err(|_| Error::invalid("batch_size", "too large"))?;
-        let rows: Vec<TaskRow> = cached(&self.sql(sql::CLAIM_DUE))
+        let rows: Vec<ClaimRow> = cached(&self.sql(sql::CLAIM_DUE))
             .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
             .bind::<BigInt, _>(limit)
             .bind::<Text, _>(&request.lease.owner)
             .bind::<BigInt, _>(micros(request.lease.duration))
             .bind::<Text, _>(EXPIRED_ERROR)
             .bind::<Nullable<Timestamptz>, _>(request.due_by)
-            .returning::<crate::schema::outbox_tasks::SqlType>()
+            .returning::<ClaimSqlType>()
             .load(&mut *conn)
             .await
             .map_err(postgres_error)?;
-        let taken = rows.into_iter().map(TaskRow::taken).collect();
+        let taken = rows.into_iter().map(ClaimRow::taken).collect();
         settle(self, conn, taken, &request.lease.owner).await
     }
 

@@ -136,7 +136,7 @@ WHERE t.id = ANY(ARRAY(
     LIMIT $2
     FOR UPDATE SKIP LOCKED))
 RETURNING ",
-    diesel_outbox_sql::task_columns!()
+    diesel_outbox_sql::claim_columns!()
 );
 
 // --------------------------------------------------------------- completion

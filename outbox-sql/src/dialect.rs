@@ -29,8 +29,8 @@ use diesel_async::{
     pooled_connection::{PoolError as ConnectError, PoolableConnection, deadpool::PoolError},
 };
 use diesel_outbox_core::{
-    BatchRequest, ClaimOutcome, Error, LeaseRequest, OutboxId, Record, Rescued, Result, Stats,
-    Task, TaskId, TxBody, UnreadableRow, Wakeups, transition::Completion,
+    BatchRequest, ClaimOutcome, ClaimedTask, Error, LeaseRequest, OutboxId, Record, Rescued,
+    Result, Stats, Task, TaskId, TxBody, UnreadableRow, Wakeups, transition::Completion,
 };
 
 /// A row as a primitive read it: the task, or what is known of a row that
@@ -329,12 +329,14 @@ pub trait Dialect: Clone + Send + Sync + Sized + 'static {
     /// Claims up to `request.limit` available tasks after its cursor, in id
     /// order, failing expired ones. By default the flow
     /// [`claim::due`](crate::flows::claim::due): lock the due rows, decide
-    /// each, write the leases and the expiries.
+    /// each, write the leases and the expiries. A backend that claims in
+    /// one statement returns the columns of
+    /// [`claim_columns!`](crate::claim_columns) only.
     fn claim_due(
         &self,
         conn: &mut Self::Conn,
         request: &BatchRequest,
-    ) -> impl Future<Output = Result<Vec<Record>>> + Send {
+    ) -> impl Future<Output = Result<Vec<ClaimedTask>>> + Send {
         crate::flows::claim::due(self, conn, request)
     }
 

@@ -138,7 +138,7 @@ macro_rules! outbox_schema {
                 dead_code,
                 reason = "only the backends that claim in one statement read it"
             )]
-            pub(crate) fn taken(self) -> $crate::flows::claim::Taken {
+            pub(crate) fn taken(self) -> $crate::flows::claim::Taken<::diesel_outbox_core::Record> {
                 $crate::flows::claim::Taken {
                     attempts: self.attempts,
                     row: self.decode(),
@@ -197,6 +197,113 @@ macro_rules! outbox_schema {
             }
         }
 
+        /// The columns of `outbox_tasks` a batch claim returns, in the
+        /// order of [`claim_columns!`](diesel_outbox_sql::claim_columns):
+        /// what its tasks' deliveries need.
+        #[allow(
+            dead_code,
+            reason = "only the backends that claim in one statement use them"
+        )]
+        pub(crate) type ClaimColumns = (
+            schema::outbox_tasks::id,
+            schema::outbox_tasks::kind,
+            schema::outbox_tasks::version,
+            schema::outbox_tasks::payload,
+            schema::outbox_tasks::headers,
+            schema::outbox_tasks::ordering_key,
+            schema::outbox_tasks::dedup_key,
+            schema::outbox_tasks::status,
+            schema::outbox_tasks::attempts,
+            schema::outbox_tasks::released,
+            schema::outbox_tasks::max_attempts,
+            schema::outbox_tasks::expires_at,
+            schema::outbox_tasks::created_at,
+            schema::outbox_tasks::updated_at,
+        );
+
+        /// The SQL types of [`ClaimColumns`], to read a claim's rows by
+        /// position.
+        #[allow(
+            dead_code,
+            reason = "only the backends that claim in one statement use them"
+        )]
+        pub(crate) type ClaimSqlType = <ClaimColumns as diesel::Expression>::SqlType;
+
+        /// One row of a batch claim, as its column holds it: the columns of
+        /// [`ClaimColumns`], in their order.
+        #[derive(Debug, diesel::Queryable, diesel::Selectable)]
+        #[diesel(table_name = schema::outbox_tasks, check_for_backend($backend))]
+        #[allow(
+            dead_code,
+            reason = "only the backends that claim in one statement read it"
+        )]
+        pub(crate) struct ClaimRow {
+            id: i64,
+            kind: String,
+            version: i32,
+            payload: Vec<u8>,
+            headers: $json_rust,
+            ordering_key: Option<$key_rust>,
+            dedup_key: Option<$key_rust>,
+            status: String,
+            attempts: i64,
+            released: i64,
+            max_attempts: Option<i32>,
+            expires_at: Option<$time_rust>,
+            created_at: $time_rust,
+            updated_at: $time_rust,
+        }
+
+        #[allow(
+            dead_code,
+            reason = "only the backends that claim in one statement read it"
+        )]
+        impl ClaimRow {
+            /// The row as the claim took it, with its fence.
+            pub(crate) fn taken(
+                mut self,
+            ) -> $crate::flows::claim::Taken<::diesel_outbox_core::ClaimedTask> {
+                let attempts = self.attempts;
+                // Taken out, as in `TaskRow::stored`, so that an error can
+                // still show it.
+                let status = ::std::mem::take(&mut self.status);
+                let id = ::diesel_outbox_core::TaskId::new(self.id);
+                let row = match self.read() {
+                    Ok(row) => ::diesel_outbox_core::StoredClaim { status, ..row }.decode(),
+                    Err(error) => Err(::diesel_outbox_core::UnreadableRow::new(id, status, &error)),
+                };
+                $crate::flows::claim::Taken { row, attempts }
+            }
+
+            /// The row with its columns read; its status is the one left in
+            /// `self`.
+            fn read(self) -> ::diesel_outbox_core::Result<::diesel_outbox_core::StoredClaim> {
+                let id = self.id;
+                let opt_key = |field, key: Option<$key_rust>| {
+                    key.map(|key| $key_read(id, field, key)).transpose()
+                };
+                Ok(::diesel_outbox_core::StoredClaim {
+                    id,
+                    kind: self.kind,
+                    version: self.version,
+                    payload: self.payload,
+                    headers: $json_read(id, "headers", self.headers)?,
+                    ordering_key: opt_key("ordering_key", self.ordering_key)?,
+                    dedup_key: opt_key("dedup_key", self.dedup_key)?,
+                    status: self.status,
+                    attempts: self.attempts,
+                    released: self.released,
+                    max_attempts: self.max_attempts,
+                    expires_at: self
+                        .expires_at
+                        .map(|at| $time_read(id, "expires_at", at))
+                        .transpose()?,
+                    created_at: $time_read(id, "created_at", self.created_at)?,
+                    updated_at: $time_read(id, "updated_at", self.updated_at)?,
+                })
+            }
+        }
+
         #[cfg(test)]
         mod task_row {
             use diesel::{QueryDsl as _, SelectableHelper as _};
@@ -218,6 +325,40 @@ macro_rules! outbox_schema {
                 assert_eq!(listed, schema);
                 assert_eq!(listed, fields);
             }
+
+            /// The same for a batch claim's rows: the statements' list, the
+            /// columns whose SQL types they are read as, and the row's
+            /// fields agree.
+            #[test]
+            fn claim_columns_match_their_types_and_the_row_fields() {
+                use super::schema::outbox_tasks;
+                let listed = $crate::listed_columns($crate::claim_columns!());
+                // The type makes this the list of `ClaimColumns`, in order.
+                let columns: super::ClaimColumns = (
+                    outbox_tasks::id,
+                    outbox_tasks::kind,
+                    outbox_tasks::version,
+                    outbox_tasks::payload,
+                    outbox_tasks::headers,
+                    outbox_tasks::ordering_key,
+                    outbox_tasks::dedup_key,
+                    outbox_tasks::status,
+                    outbox_tasks::attempts,
+                    outbox_tasks::released,
+                    outbox_tasks::max_attempts,
+                    outbox_tasks::expires_at,
+                    outbox_tasks::created_at,
+                    outbox_tasks::updated_at,
+                );
+                let typed =
+                    $crate::selected_columns::<$backend>(outbox_tasks::table.select(columns));
+                let fields = $crate::selected_columns::<$backend>(
+                    outbox_tasks::table.select(super::ClaimRow::as_select()),
+                );
+                assert_eq!(listed.len(), 14);
+                assert_eq!(listed, typed);
+                assert_eq!(listed, fields);
+            }
         }
     };
 }
@@ -231,6 +372,20 @@ macro_rules! task_columns {
          t.status, t.attempts, t.released, t.max_attempts, t.next_attempt_at, \
          t.lease_owner, t.lease_expires_at, t.expires_at, t.last_error, t.created_at, \
          t.updated_at, t.finished_at"
+    };
+}
+
+/// The columns of `outbox_tasks` a batch claim returns, unqualified (SQLite
+/// takes no table name in `RETURNING`), in the order of a backend's
+/// `ClaimRow` fields: what a claimed task's delivery,
+/// fence and outcome need ([`ClaimedTask`](diesel_outbox_core::ClaimedTask)),
+/// without the lease, the last error and the schedule, which a claim's
+/// caller never reads. Fewer columns to decode in every claimed row.
+#[macro_export]
+macro_rules! claim_columns {
+    () => {
+        "id, kind, version, payload, headers, ordering_key, dedup_key, status, attempts, \
+         released, max_attempts, expires_at, created_at, updated_at"
     };
 }
 

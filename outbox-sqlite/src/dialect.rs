@@ -26,7 +26,7 @@ use diesel_async::{
     },
 };
 use diesel_outbox_core::{
-    BatchRequest, Error, LeaseRequest, OutboxId, Record, Rescued, Result, Stats, Status, Task,
+    BatchRequest, ClaimedTask, Error, LeaseRequest, OutboxId, Rescued, Result, Stats, Status, Task,
     TaskId,
     transition::{self, Completion, EXPIRED_ERROR},
 };
@@ -42,7 +42,7 @@ use crate::{
     AsyncSqliteConnection, connection,
     insert::{self, Inserts, Row},
     statements as sql,
-    tables::TaskRow,
+    tables::{ClaimRow, ClaimSqlType, TaskRow},
     timestamp::{self, to_column, to_micros},
 };
 
@@ -303,7 +303,7 @@ impl Dialect for Sqlite {
         &self,
         conn: &mut AsyncSqliteConnection,
         request: &BatchRequest,
-    ) -> Result<Vec<Record>> {
+    ) -> Result<Vec<ClaimedTask>> {
         let limit =
             i64::try_from(request.limit).map_err(|_| Error::invalid("batch_size", "too large"))?;
         let now = timestamp::now();
@@ -311,7 +311,7 @@ impl Dialect for Sqlite {
             "lease_duration",
             transition::after(now, request.lease.duration),
         )?;
-        let rows: Vec<TaskRow> = cached::<SqliteBackend>(&self.sql(sql::CLAIM_DUE))
+        let rows: Vec<ClaimRow> = cached::<SqliteBackend>(&self.sql(sql::CLAIM_DUE))
             .bind::<BigInt, _>(to_micros(now))
             .bind::<BigInt, _>(request.after.map_or(0, TaskId::get))
             .bind::<BigInt, _>(to_micros(request.due_by.unwrap_or(now)))
@@ -319,10 +319,11 @@ impl Dialect for Sqlite {
             .bind::<Text, _>(&request.lease.owner)
             .bind::<BigInt, _>(until)
             .bind::<Text, _>(EXPIRED_ERROR)
+            .returning::<ClaimSqlType>()
             .load(&mut *conn)
             .await
             .map_err(sqlite_error)?;
-        let taken = rows.into_iter().map(TaskRow::taken).collect();
+        let taken = rows.into_iter().map(ClaimRow::taken).collect();
         settle(self, conn, taken, &request.lease.owner).await
     }
 

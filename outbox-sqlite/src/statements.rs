@@ -38,7 +38,8 @@ pub(crate) const LOCK_TASK: &str = "SELECT * FROM outbox_tasks WHERE id = $1";
 ///
 /// [`transition::claim`]: diesel_outbox_core::transition::claim
 /// [`transition::expire`]: diesel_outbox_core::transition::expire
-pub(crate) const CLAIM_DUE: &str = "\
+pub(crate) const CLAIM_DUE: &str = concat!(
+    "\
 UPDATE outbox_tasks SET
     status = CASE WHEN expires_at <= $1 THEN 'failed' ELSE 'running' END,
     finished_at = CASE WHEN expires_at <= $1 THEN $1 END,
@@ -52,7 +53,9 @@ WHERE id IN (
     WHERE status = 'available' AND id > $2 AND next_attempt_at <= $3
     ORDER BY id
     LIMIT $4)
-RETURNING *";
+RETURNING ",
+    diesel_outbox_sql::claim_columns!()
+);
 
 /// Leases the rows listed after `$1` the owner, `$2` the lease's end and
 /// `$3` now.

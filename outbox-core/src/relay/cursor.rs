@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::{Record, TaskId};
+use crate::{ClaimedTask, TaskId};
 
 /// A claim that came back full continues after the last id it took, so
 /// under a backlog each claim reads a short range of the index of available
@@ -46,7 +46,7 @@ impl Cursor {
 
     /// After a claim: continue after its last id when it came back `full`,
     /// else start again from the lowest.
-    pub(super) fn claimed(&mut self, records: &[Record], full: bool) {
+    pub(super) fn claimed(&mut self, records: &[ClaimedTask], full: bool) {
         match records.iter().map(|record| record.id).max() {
             Some(last) if full => self.after = Some(last),
             _ => self.restart(),
@@ -91,20 +91,16 @@ mod tests {
         assert_eq!(cursor.next(t0 + Duration::from_millis(1700)), None);
     }
 
-    fn record(id: i64) -> Record {
+    fn record(id: i64) -> ClaimedTask {
         let now = chrono::Utc::now();
-        Record {
+        ClaimedTask {
             id: TaskId::new(id),
             task: crate::Task::new("k", 1, Vec::new()),
             status: crate::Status::Running,
             attempts: 1,
             released: 0,
-            next_attempt_at: now,
-            lease: None,
-            last_error: String::new(),
             created_at: now,
-            updated_at: now,
-            finished_at: None,
+            claimed_at: now,
         }
     }
 }

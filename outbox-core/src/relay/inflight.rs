@@ -15,7 +15,7 @@ use super::{
     writer::ResultWriter,
 };
 use crate::{
-    Record, Store, Worker,
+    ClaimedTask, Store, Worker,
     transition::{self, Fence},
     unit::{Finished, Unit},
 };
@@ -44,7 +44,7 @@ pub(super) struct Inflight<S> {
 
 /// A claim taken ahead: its records, when it was taken, and its span.
 struct Queued {
-    records: Vec<Record>,
+    records: Vec<ClaimedTask>,
     claimed_at: Instant,
     claim: Span,
 }
@@ -125,7 +125,7 @@ impl<S: Store> Inflight<S> {
     /// given back unstarted.
     pub(super) fn start(
         &mut self,
-        records: Vec<Record>,
+        records: Vec<ClaimedTask>,
         claimed_at: Instant,
         claim: &Span,
         writer: &mut ResultWriter,

@@ -21,7 +21,7 @@ use super::{
     writer::{ResultWriter, Written},
 };
 use crate::{
-    BatchRequest, Maintenance, Record, Result, TaskId, Wakeups, Worker, telemetry, transition,
+    BatchRequest, ClaimedTask, Maintenance, Result, TaskId, Wakeups, Worker, telemetry, transition,
 };
 
 /// After a wake-up stream ended, the relay subscribes again no sooner than
@@ -529,7 +529,7 @@ fn subscription(
 /// started no earlier) and the span of the cycle it begins.
 struct Claiming {
     /// The task running the claim.
-    task: AbortOnDropHandle<Result<(Vec<Record>, Span)>>,
+    task: AbortOnDropHandle<Result<(Vec<ClaimedTask>, Span)>>,
     /// The most tasks it takes.
     limit: usize,
     /// The id it took tasks after; `None`: from the lowest.
@@ -547,7 +547,7 @@ type Joined = Result<(tokio::task::Id, crate::unit::Finished), JoinError>;
 type Subscribed = Result<Result<Option<Wakeups>>, JoinError>;
 
 /// What a claim task came to: the records and the claim's span.
-type Claimed = Result<Result<(Vec<Record>, Span)>, JoinError>;
+type Claimed = Result<Result<(Vec<ClaimedTask>, Span)>, JoinError>;
 
 /// The outcome of the claim under way; never resolves when there is none.
 async fn claimed(claiming: &mut Option<Claiming>) -> Claimed {

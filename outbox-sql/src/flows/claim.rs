@@ -6,7 +6,8 @@
 
 use chrono::{DateTime, Utc};
 use diesel_outbox_core::{
-    BatchRequest, ClaimOutcome, Error, LeaseRequest, Record, Result, Status, TaskId, limits,
+    BatchRequest, ClaimOutcome, ClaimedTask, Error, LeaseRequest, Record, Result, Status, TaskId,
+    UnreadableRow, limits,
     transition::{self, Availability, Fence},
 };
 
@@ -114,7 +115,7 @@ pub async fn due<D: Dialect>(
     dialect: &D,
     conn: &mut D::Conn,
     request: &BatchRequest,
-) -> Result<Vec<Record>> {
+) -> Result<Vec<ClaimedTask>> {
     crate::transact(dialect, conn, async |conn| {
         let locked = dialect.lock_due(conn, request).await?;
         let mut records = Vec::with_capacity(locked.len());
@@ -127,10 +128,10 @@ pub async fn due<D: Dialect>(
             at = Some(now);
             if transition::availability(&record.state(), now) == Availability::Expired {
                 failed.push(record.id);
-                records.push(expired(record, now)?);
+                records.push(ClaimedTask::from(expired(record, now)?));
             } else {
                 leased.push(record.id);
-                records.push(claimed(record, &request.lease, now)?);
+                records.push(ClaimedTask::from(claimed(record, &request.lease, now)?));
             }
         }
         if let Some(now) = at {
@@ -148,27 +149,46 @@ pub async fn due<D: Dialect>(
     .await
 }
 
-/// A row a single-statement claim took: what it read, and the `attempts`
+/// A row a single-statement claim took: what it read (a [`Record`] for a
+/// claim by id, a [`ClaimedTask`] for a batch claim), and the `attempts`
 /// the claim left (its fence).
 #[derive(Debug)]
-pub struct Taken {
+pub struct Taken<T> {
     /// The row, decoded or not.
-    pub row: ReadRow,
+    pub row: std::result::Result<T, UnreadableRow>,
     /// Its `attempts` after the claim.
     pub attempts: i64,
 }
 
-/// The records of the rows a single-statement claim took, in id order. A
+/// What a claim reads a task as: something with the task's id.
+pub trait ClaimRead {
+    /// The task's id.
+    fn id(&self) -> TaskId;
+}
+
+impl ClaimRead for Record {
+    fn id(&self) -> TaskId {
+        self.id
+    }
+}
+
+impl ClaimRead for ClaimedTask {
+    fn id(&self) -> TaskId {
+        self.id
+    }
+}
+
+/// The tasks of the rows a single-statement claim took, in id order. A
 /// row that cannot be decoded (written by another program or by hand) is
 /// failed under its fence with the reason in `last_error`, so it never
 /// blocks the rest of the batch; if even that write fails, its lease lapses
 /// and a later claim tries again.
-pub async fn settle<D: Dialect>(
+pub async fn settle<D: Dialect, T: ClaimRead>(
     dialect: &D,
     conn: &mut D::Conn,
-    taken: Vec<Taken>,
+    taken: Vec<Taken<T>>,
     owner: &str,
-) -> Result<Vec<Record>> {
+) -> Result<Vec<T>> {
     let mut records = Vec::with_capacity(taken.len());
     let mut unreadable = Vec::new();
     for Taken { row, attempts } in taken {
@@ -192,6 +212,6 @@ pub async fn settle<D: Dialect>(
     {
         tracing::warn!(error = %error.chain(), "could not fail the tasks whose rows cannot be decoded");
     }
-    records.sort_by_key(|record| record.id);
+    records.sort_by_key(ClaimRead::id);
     Ok(records)
 }

@@ -2,8 +2,8 @@
 //! completion writes, reads and the periodic moves on the pool's.
 
 use diesel_outbox_core::{
-    BatchRequest, ClaimOutcome, Error, LeaseRequest, OutboxId, Record, Rescued, Result, Store,
-    Task, TaskId, telemetry, transition::Completion,
+    BatchRequest, ClaimOutcome, ClaimedTask, Error, LeaseRequest, OutboxId, Record, Rescued,
+    Result, Store, Task, TaskId, telemetry, transition::Completion,
 };
 
 use super::SqlStore;
@@ -44,7 +44,7 @@ impl<D: Dialect> Store for SqlStore<D> {
         .await
     }
 
-    async fn claim_due(&self, request: &BatchRequest) -> Result<Vec<Record>> {
+    async fn claim_due(&self, request: &BatchRequest) -> Result<Vec<ClaimedTask>> {
         self.write(async |conn| {
             self.dialect().ready(conn).await?;
             self.dialect().claim_due(conn, request).await

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
 use diesel_outbox_core::{
-    BatchRequest, ClaimOutcome, LeaseRequest, Record, RetryPolicy, Status, Store,
+    BatchRequest, ClaimOutcome, LeaseRequest, Record, RetryPolicy, Status, Store, Task, TaskId,
     transition::{self, Completion, Fence, Outcome},
 };
 
@@ -137,7 +137,10 @@ pub async fn a_write_of_thousands_of_results_applies_them_all<B: TestBackend>(
     let completions: Vec<Completion> = claimed
         .iter()
         .enumerate()
-        .map(|(n, record)| decide(fence(record), outcomes(n), &in_an_hour()))
+        .map(|(n, claimed)| {
+            let fence = claim_fence(claimed.id, claimed.attempts, &claimed.task);
+            decide(fence, outcomes(n), &in_an_hour())
+        })
         .collect();
     assert_eq!(db.store().complete(&completions).await?, TASKS as u64);
     for n in [0, 1, 2, TASKS / 2, TASKS - 1] {
@@ -188,10 +191,16 @@ fn claimed(outcome: ClaimOutcome) -> anyhow::Result<Record> {
 
 /// The fence of `record`'s claim by `w`.
 fn fence(record: &Record) -> Fence {
+    claim_fence(record.id, record.attempts, &record.task)
+}
+
+/// The fence of a claim by `w` of task `id` (holding `task`) that left
+/// `attempts`.
+fn claim_fence(id: TaskId, attempts: i64, task: &Task) -> Fence {
     Fence {
-        id: record.id,
+        id,
         owner: "w".into(),
-        attempt: record.attempts,
-        ordering_key: record.task.ordering_key.clone(),
+        attempt: attempts,
+        ordering_key: task.ordering_key.clone(),
     }
 }

@@ -399,6 +399,21 @@ async fn same_as_stored<B: TestBackend>(
     check_state(what, &record.state(), &stored, &stored)
 }
 
+/// A task a batch claim returned holds what its row holds now: the same
+/// [`ClaimedTask`](diesel_outbox_core::ClaimedTask) as the record read back,
+/// column for column.
+async fn claimed_as_stored<B: TestBackend>(
+    db: &B,
+    claimed: &diesel_outbox_core::ClaimedTask,
+) -> anyhow::Result<()> {
+    let stored = diesel_outbox_core::ClaimedTask::from(get(db, claimed.id).await?);
+    ensure!(
+        *claimed == stored,
+        "a task of the batch:\n  claimed: {claimed:?}\n  stored:  {stored:?}"
+    );
+    Ok(())
+}
+
 /// A claim by id ([`Store::claim`]) writes what [`transition::availability`]
 /// decides ([`transition::claim`] or [`transition::expire`]), and answers
 /// what it says.
@@ -452,8 +467,8 @@ pub async fn model_batch_claim_decides_as_the_transitions<B: TestBackend>(
             taken.iter().any(|record| record.id == setup.target) == changed,
             "the claim returned {taken:?}"
         );
-        for record in &taken {
-            same_as_stored(db, "a record of the batch", record).await?;
+        for claimed in &taken {
+            claimed_as_stored(db, claimed).await?;
         }
         Ok(Box::new(batch_rule) as Expect)
     })

@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use diesel_outbox_core::{
-    BatchRequest, ClaimOutcome, LeaseRequest, Maintenance, Page, PageRequest, Record, Rescued,
-    Result, Stats, Store, Task, TaskFilter, TaskId, Wakeups, transition::Completion,
+    BatchRequest, ClaimOutcome, ClaimedTask, LeaseRequest, Maintenance, Page, PageRequest, Record,
+    Rescued, Result, Stats, Store, Task, TaskFilter, TaskId, Wakeups, transition::Completion,
 };
 
 use super::records::Recorder;
@@ -49,7 +49,7 @@ impl<S: Store> Store for Probe<S> {
         Ok(outcome)
     }
 
-    async fn claim_due(&self, request: &BatchRequest) -> Result<Vec<Record>> {
+    async fn claim_due(&self, request: &BatchRequest) -> Result<Vec<ClaimedTask>> {
         let records = match self.inner.claim_due(request).await {
             Ok(records) => records,
             Err(error) => {
