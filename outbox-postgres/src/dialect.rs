@@ -82,6 +82,41 @@ fn column<'c, T>(completions: &'c [Completion], value: impl Fn(&'c Completion) -
     completions.iter().map(value).collect()
 }
 
+/// The owner of every result in `completions` when each is a success and
+/// they share one owner: they go out as `SUCCEED`, with fewer arrays.
+fn sole_owner_of_successes(completions: &[Completion]) -> Option<&str> {
+    let owner: &str = &completions.first()?.fence.owner;
+    completions
+        .iter()
+        .all(|c| c.status == Status::Succeeded && &*c.fence.owner == owner)
+        .then_some(owner)
+}
+
+/// `query` (`SUCCEED` when `owner` is given, `COMPLETE` otherwise, either
+/// with or without its `RETURNING`) with `completions` bound as its arrays.
+fn bind_completions<'f>(
+    query: CachedQuery<'f, diesel::pg::Pg>,
+    completions: &'f [Completion],
+    owner: Option<&'f str>,
+) -> CachedQuery<'f, diesel::pg::Pg> {
+    let ids = column(completions, |c| c.fence.id.get());
+    let attempts = column(completions, |c| c.fence.attempt);
+    match owner {
+        Some(owner) => query
+            .bind::<Array<BigInt>, _>(ids)
+            .bind::<Array<BigInt>, _>(attempts)
+            .bind::<Text, _>(owner),
+        None => query
+            .bind::<Array<BigInt>, _>(ids)
+            .bind::<Array<Text>, _>(column(completions, |c| &*c.fence.owner))
+            .bind::<Array<BigInt>, _>(attempts)
+            .bind::<Array<Text>, _>(column(completions, |c| c.status.as_str()))
+            .bind::<Array<BigInt>, _>(column(completions, |c| c.retry_in.map_or(0, micros)))
+            .bind::<Array<Nullable<Text>>, _>(column(completions, |c| c.last_error.as_deref()))
+            .bind::<Array<Bool>, _>(column(completions, |c| c.released)),
+    }
+}
+
 /// The ids as an `int8[]`.
 fn ids(ids: &[TaskId]) -> Vec<i64> {
     ids.iter().map(|id| id.get()).collect()
@@ -329,35 +364,42 @@ impl Dialect for Postgres {
         conn: &mut AsyncPgConnection,
         completions: &[Completion],
     ) -> Result<Vec<(TaskId, i64)>> {
-        let Some(first) = completions.first() else {
+        if completions.is_empty() {
             return Ok(Vec::new());
-        };
-        let owner: &str = &first.fence.owner;
-        let applied: Vec<Applied> = if completions
-            .iter()
-            .all(|c| c.status == Status::Succeeded && &*c.fence.owner == owner)
-        {
-            cached(&self.sql(sql::SUCCEED))
-                .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.id.get()))
-                .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.attempt))
-                .bind::<Text, _>(owner)
-                .load(conn)
-                .await
-                .map_err(postgres_error)?
-        } else {
-            cached(&self.sql(sql::COMPLETE))
-                .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.id.get()))
-                .bind::<Array<Text>, _>(column(completions, |c| &*c.fence.owner))
-                .bind::<Array<BigInt>, _>(column(completions, |c| c.fence.attempt))
-                .bind::<Array<Text>, _>(column(completions, |c| c.status.as_str()))
-                .bind::<Array<BigInt>, _>(column(completions, |c| c.retry_in.map_or(0, micros)))
-                .bind::<Array<Nullable<Text>>, _>(column(completions, |c| c.last_error.as_deref()))
-                .bind::<Array<Bool>, _>(column(completions, |c| c.released))
-                .load(conn)
-                .await
-                .map_err(postgres_error)?
-        };
+        }
+        let owner = sole_owner_of_successes(completions);
+        let sql = self.sql(match owner {
+            Some(_) => sql::SUCCEED,
+            None => sql::COMPLETE,
+        });
+        let applied: Vec<Applied> = bind_completions(cached(&sql), completions, owner)
+            .load(conn)
+            .await
+            .map_err(postgres_error)?;
         Ok(applied.into_iter().map(Applied::claim).collect())
+    }
+
+    /// The statements of [`apply_completions`](Self::apply_completions)
+    /// without their `RETURNING`: the server sends no row back, and none is
+    /// decoded.
+    async fn apply_counted(
+        &self,
+        conn: &mut AsyncPgConnection,
+        completions: &[Completion],
+    ) -> Result<u64> {
+        if completions.is_empty() {
+            return Ok(0);
+        }
+        let owner = sole_owner_of_successes(completions);
+        let sql = self.sql(match owner {
+            Some(_) => sql::SUCCEED_COUNTED,
+            None => sql::COMPLETE_COUNTED,
+        });
+        let applied = bind_completions(cached(&sql), completions, owner)
+            .execute(conn)
+            .await
+            .map_err(postgres_error)?;
+        Ok(applied as u64)
     }
 
     async fn open_keys(

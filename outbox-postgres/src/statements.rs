@@ -162,7 +162,16 @@ RETURNING ",
 /// table (measured: 13 ms instead of 4).
 ///
 /// [`transition::complete`]: diesel_outbox_core::transition::complete
-pub(crate) const COMPLETE: &str = "\
+pub(crate) const COMPLETE: &str = concat!(complete!(), "\nRETURNING t.id, t.attempts");
+
+/// [`COMPLETE`] without its `RETURNING`, for a write that needs only how
+/// many applied.
+pub(crate) const COMPLETE_COUNTED: &str = complete!();
+
+/// The text of [`COMPLETE`] before its `RETURNING`.
+macro_rules! complete {
+    () => {
+        "\
 UPDATE outbox_tasks t SET
     status = c.status,
     next_attempt_at = CASE WHEN c.status IN ('available', 'waiting')
@@ -179,20 +188,32 @@ FROM unnest((SELECT $1::int8[]), (SELECT $2::text[]), (SELECT $3::int8[]),
             (SELECT $7::bool[]))
      AS c(id, owner, attempt, status, retry_us, last_error, released)
 WHERE t.id = c.id AND t.lease_owner = c.owner AND t.attempts = c.attempt
-  AND t.status || '' = 'running'
-RETURNING t.id, t.attempts";
+  AND t.status || '' = 'running'"
+    };
+}
+use complete;
 
 /// The common case, all succeeded for one owner: fewer arrays to send and a
 /// simpler plan (the running check and the arrays written as in
 /// [`COMPLETE`]).
-pub(crate) const SUCCEED: &str = "\
+pub(crate) const SUCCEED: &str = concat!(succeed!(), "\nRETURNING t.id, t.attempts");
+
+/// [`SUCCEED`] without its `RETURNING`.
+pub(crate) const SUCCEED_COUNTED: &str = succeed!();
+
+/// The text of [`SUCCEED`] before its `RETURNING`.
+macro_rules! succeed {
+    () => {
+        "\
 UPDATE outbox_tasks t SET
     status = 'succeeded', last_error = '', lease_owner = NULL, lease_expires_at = NULL,
     finished_at = now(), updated_at = now()
 FROM unnest((SELECT $1::int8[]), (SELECT $2::int8[])) AS c(id, attempt)
 WHERE t.id = c.id AND t.attempts = c.attempt AND t.lease_owner = $3
-  AND t.status || '' = 'running'
-RETURNING t.id, t.attempts";
+  AND t.status || '' = 'running'"
+    };
+}
+use succeed;
 
 // ------------------------------------------------------------ ordering keys
 
