@@ -13,7 +13,7 @@ use futures_util::{FutureExt, future::Either};
 use tracing::{Instrument, Span};
 
 use crate::{
-    BatchHandler, ClaimedTask, Delivery, HandlerError, Handling, OutboxId, Registry,
+    BatchHandler, ClaimedTask, Delivery, HandlerError, Handling, OutboxId,
     telemetry::{self, KindKeys},
     transition::Outcome,
 };
@@ -36,8 +36,8 @@ fn prepare(record: ClaimedTask, outbox: Option<&OutboxId>, claim: &Span) -> Prep
         Some(outbox) => Delivery::of_outbox(record.id, runs, record.task, outbox.clone()),
         None => Delivery::new(record.id, runs, record.task),
     };
-    let key = delivery.key();
-    let span = telemetry::attempt_span(delivery.id, &key.kind, key.version, delivery.attempt);
+    let task = &delivery.task;
+    let span = telemetry::attempt_span(delivery.id, &task.kind, task.version, delivery.attempt);
     // Before the span is entered: its parent is the trace that enqueued the
     // task, and the claim that took it is linked.
     telemetry::adopt_parent(&span, delivery.headers());
@@ -108,7 +108,7 @@ const UNNAMED: &str = "the outbox's id was not read before the claim";
 /// build it right before they run it (a future dropped unpolled leaves an
 /// attempt span without an outcome).
 pub(crate) fn run_handler(
-    registry: &Registry,
+    handler: Option<Handling>,
     record: ClaimedTask,
     outbox: Option<OutboxId>,
     timeout: Duration,
@@ -122,8 +122,6 @@ pub(crate) fn run_handler(
     } = prepare(record, outbox.as_ref(), &claim);
     drop(claim); // a relay's cycle ends once its handlers started
     let named = outbox.is_some();
-    let key = delivery.key();
-    let handler = registry.get(&key).cloned();
     // Combinators rather than an outer `async` block, which would hold the
     // inner future twice (as captured, and as awaited).
     let call = async move {
@@ -131,6 +129,7 @@ pub(crate) fn run_handler(
             return Outcome::Retryable(UNNAMED.into());
         }
         let Some(handler) = handler else {
+            let key = delivery.key();
             return Outcome::NoHandler(format!("no handler registered for {key}"));
         };
         count_first_attempt(&metrics, delivery.attempt, created_at);

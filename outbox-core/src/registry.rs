@@ -37,8 +37,9 @@ use crate::{
 #[derive(Clone, Default)]
 pub struct Registry {
     handlers: Arc<HashMap<HandlerKey, Handling>>,
-    /// The metric keys of each registered kind, built once.
-    kinds: Arc<HashMap<String, Arc<KindKeys>>>,
+    /// Each registered kind's metric keys, built once, and its handlers by
+    /// version: what an attempt looks up, in one lookup by the kind's text.
+    kinds: Arc<HashMap<String, Kind>>,
     /// Whether any handler takes batches.
     batched: bool,
     on_failed: Option<OnFailed>,
@@ -60,9 +61,23 @@ impl Registry {
     /// a registered kind, built here for any other (whose tasks fail for
     /// want of a handler).
     pub(crate) fn kind_keys(&self, kind: &str) -> Arc<KindKeys> {
+        self.resolve(kind, 0).1
+    }
+
+    /// The handler of `kind` at `version`, if any, and the metric keys of
+    /// `kind` (as [`kind_keys`](Self::kind_keys)), found with one lookup
+    /// and no copy of the kind.
+    pub(crate) fn resolve(&self, kind: &str, version: i32) -> (Option<&Handling>, Arc<KindKeys>) {
         match self.kinds.get(kind) {
-            Some(keys) => Arc::clone(keys),
-            None => Arc::new(KindKeys::new(kind)),
+            Some(known) => (
+                known
+                    .versions
+                    .iter()
+                    .find(|(registered, _)| *registered == version)
+                    .map(|(_, handling)| handling),
+                Arc::clone(&known.keys),
+            ),
+            None => (None, Arc::new(KindKeys::new(kind))),
         }
     }
 
@@ -101,6 +116,13 @@ impl fmt::Debug for Registry {
             .field("on_failed", &self.on_failed.is_some())
             .finish()
     }
+}
+
+/// A registered kind: its metric keys and its handlers by version.
+#[derive(Clone)]
+struct Kind {
+    keys: Arc<KindKeys>,
+    versions: Vec<(i32, Handling)>,
 }
 
 /// Collects handlers for a [`Registry`]; [`build`](RegistryBuilder::build)
@@ -191,11 +213,17 @@ impl RegistryBuilder {
         if let Some(key) = self.duplicate {
             return Err(Error::DuplicateHandler(key));
         }
-        let kinds = self
-            .handlers
-            .keys()
-            .map(|key| (key.kind.clone(), Arc::new(KindKeys::new(&key.kind))))
-            .collect();
+        let mut kinds: HashMap<String, Kind> = HashMap::new();
+        for (key, handling) in &self.handlers {
+            kinds
+                .entry(key.kind.clone())
+                .or_insert_with(|| Kind {
+                    keys: Arc::new(KindKeys::new(&key.kind)),
+                    versions: Vec::new(),
+                })
+                .versions
+                .push((key.version, handling.clone()));
+        }
         let batched = self.handlers.values().any(Handling::is_batch);
         Ok(Registry {
             batched,
@@ -212,5 +240,41 @@ impl fmt::Debug for RegistryBuilder {
             .field("handlers", &self.handlers.len())
             .field("on_failed", &self.on_failed.is_some())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Delivery, handler_fn};
+
+    #[test]
+    fn one_lookup_finds_the_version_and_the_kinds_metric_keys() -> Result<()> {
+        let registry = Registry::builder()
+            .handler("order.created", 1, handler_fn(|_: Delivery| async { Ok(()) }))
+            .batch_handler(
+                "order.created",
+                2,
+                crate::batch_handler_fn(|deliveries: Vec<Delivery>| async move {
+                    deliveries.iter().map(|_| Ok(())).collect()
+                }),
+            )
+            .build()?;
+        let (one, keys) = registry.resolve("order.created", 1);
+        assert!(matches!(one, Some(Handling::One(_))));
+        let (batch, same_keys) = registry.resolve("order.created", 2);
+        assert!(matches!(batch, Some(Handling::Batch(_))));
+        assert!(Arc::ptr_eq(&keys, &same_keys), "one set of keys per kind");
+        let (missing, kind_keys) = registry.resolve("order.created", 3);
+        assert!(missing.is_none());
+        assert!(Arc::ptr_eq(&keys, &kind_keys));
+        assert!(registry.resolve("order.cancelled", 1).0.is_none());
+        assert_eq!(
+            registry
+                .get(&HandlerKey::new("order.created", 2))
+                .map(Handling::is_batch),
+            Some(true)
+        );
+        Ok(())
     }
 }

@@ -291,11 +291,15 @@ impl<S: Store> Worker<S> {
         let fence = self.fence(&record);
         let run = record.runs();
         let max_attempts = record.task.max_attempts;
-        let metrics = self.inner.registry.kind_keys(&record.task.kind);
+        let (handler, metrics) = self
+            .inner
+            .registry
+            .resolve(&record.task.kind, record.task.version);
+        let handler = handler.cloned();
         let retry = self.inner.config.retry;
         let outbox = self.known_outbox();
         let running = run_handler(
-            &self.inner.registry,
+            handler,
             record,
             outbox,
             self.inner.config.handler_timeout,
