@@ -251,7 +251,11 @@ mod tests {
     #[test]
     fn one_lookup_finds_the_version_and_the_kinds_metric_keys() -> Result<()> {
         let registry = Registry::builder()
-            .handler("order.created", 1, handler_fn(|_: Delivery| async { Ok(()) }))
+            .handler(
+                "order.created",
+                1,
+                handler_fn(|_: Delivery| async { Ok(()) }),
+            )
             .batch_handler(
                 "order.created",
                 2,
