@@ -60,6 +60,7 @@
 //! `auto_increment_increment` apart (the node count on Galera and other
 //! multi-primary setups); the store reads it with `LAST_INSERT_ID()`.
 
+mod connection;
 mod dialect;
 mod insert;
 mod isolation;
@@ -77,6 +78,7 @@ pub use tables::{TaskRow, schema};
 /// The backend-free core, re-exported so one dependency is enough.
 pub use diesel_outbox_core as outbox;
 
+pub use connection::establish;
 pub use dialect::Mysql;
 pub use diesel_outbox_sql::{MigrationSql, Names, transaction, transaction_pooled};
 

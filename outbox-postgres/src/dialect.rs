@@ -19,7 +19,7 @@ use diesel::{
 use diesel_async::{
     AsyncPgConnection, RunQueryDsl,
     pooled_connection::{
-        AsyncDieselConnectionManager, ManagerConfig, RecyclingMethod,
+        AsyncDieselConnectionManager,
         deadpool::{Pool, PoolError},
     },
 };
@@ -157,8 +157,7 @@ impl Dialect for Postgres {
     /// server's goodbye. Those fail with a retryable connection error, which
     /// the relay and the result writer retry; nothing is lost.
     fn connect(database_url: &str, max_size: usize) -> Result<(Pool<AsyncPgConnection>, Self)> {
-        let mut config = ManagerConfig::default();
-        config.recycling_method = RecyclingMethod::Fast;
+        let config = crate::connection::manager_config();
         let pool = diesel_outbox_sql::build_pool(database_url, max_size, config)?;
         Ok((pool, Self::default()))
     }

@@ -48,6 +48,7 @@
 //! Every statement the store runs is in `statements.rs`.
 
 mod batch_insert;
+mod connection;
 mod dialect;
 mod insert;
 mod listen;
@@ -63,6 +64,7 @@ pub use tables::{TaskRow, schema};
 /// The backend-free core, re-exported so one dependency is enough.
 pub use diesel_outbox_core as outbox;
 
+pub use connection::establish;
 pub use dialect::Postgres;
 pub use diesel_outbox_sql::{MigrationSql, Names, transaction, transaction_pooled};
 pub use listen::CHANNEL;

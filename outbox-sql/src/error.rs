@@ -25,9 +25,12 @@ mod mysql;
 mod postgres;
 mod sqlite;
 
+use deadpool::managed::TimeoutType;
 use diesel::result::{ConnectionError, Error as DieselError};
 use diesel_async::pooled_connection::{PoolError as ManagerError, deadpool::PoolError};
 use diesel_outbox_core::{DatabaseErrorKind, Error};
+
+use crate::ConnectFailed;
 
 /// A kind and the code recovered for it, if any.
 type Classified = (DatabaseErrorKind, Option<&'static str>);
@@ -124,10 +127,53 @@ pub fn sqlite_pool_error(error: PoolError) -> Error {
 
 /// Classifies a failure to open a SQLite connection or to apply its
 /// settings: a file that cannot be opened is [`DatabaseErrorKind::Connection`],
-/// a failed setting is classified like [`sqlite_error`].
+/// a failed setting is classified like [`sqlite_error`]. The source is a
+/// [`ConnectFailed`] giving the reason once.
 pub fn sqlite_connection_error(error: ConnectionError) -> Error {
-    let (kind, code) = classify_connect(Dialect::Sqlite, &error);
-    database(kind, code, error)
+    connection_error(Dialect::Sqlite, error)
+}
+
+/// Classifies a failure to open a PostgreSQL connection (the server could
+/// not be reached: [`DatabaseErrorKind::Connection`]; it refused the login
+/// or has no such database: as [`postgres_error`] classifies its words),
+/// with a [`ConnectFailed`] giving the reason once as its source.
+pub fn postgres_connection_error(error: ConnectionError) -> Error {
+    connection_error(Dialect::Postgres, error)
+}
+
+/// Classifies a failure to open a MySQL/MariaDB connection, as
+/// [`postgres_connection_error`] does for PostgreSQL.
+pub fn mysql_connection_error(error: ConnectionError) -> Error {
+    connection_error(Dialect::Mysql, error)
+}
+
+/// Whether `error` says that a table it used does not exist, in the words
+/// of PostgreSQL (`relation "..." does not exist`), MySQL/MariaDB (`Table
+/// '...' doesn't exist`) or SQLite (`no such table: ...`): a database
+/// whose outbox migrations have not run (or ran under other names).
+///
+/// ```
+/// use diesel::result::{DatabaseErrorKind as Kind, Error as DieselError};
+///
+/// let missing = diesel_outbox_sql::postgres_error(DieselError::DatabaseError(
+///     Kind::Unknown,
+///     Box::new(r#"relation "outbox_tasks" does not exist"#.to_owned()),
+/// ));
+/// assert!(diesel_outbox_sql::is_missing_table(&missing));
+/// ```
+pub fn is_missing_table(error: &Error) -> bool {
+    let Error::Database { source, .. } = error else {
+        return false;
+    };
+    let said = source.to_string();
+    (said.starts_with("relation \"") && said.ends_with("\" does not exist"))
+        || (said.starts_with("Table '") && said.ends_with("' doesn't exist"))
+        || said.starts_with("no such table: ")
+}
+
+fn connection_error(dialect: Dialect, error: ConnectionError) -> Error {
+    let (kind, code) = classify_connect(dialect, &error);
+    database(kind, code, ConnectFailed::new(error.to_string()))
 }
 
 /// Classifies an error of a connection whose backend is not known here:
@@ -146,15 +192,28 @@ fn classify(dialect: Dialect, error: DieselError) -> Error {
     database(kind, code, error)
 }
 
+/// A pool's error, with the driver's own error as its source where there is
+/// one: a connection that could not be opened is a [`ConnectFailed`] giving
+/// the driver's reason once, not the pool's message wrapping it.
 fn classify_pool(dialect: Dialect, error: PoolError) -> Error {
-    let (kind, code) = match &error {
-        PoolError::Timeout(_) => (DatabaseErrorKind::PoolTimeout, None),
-        PoolError::Backend(ManagerError::ConnectionError(e)) => classify_connect(dialect, e),
-        PoolError::Backend(ManagerError::QueryError(e)) => classify_ref(dialect, e),
+    match error {
+        PoolError::Timeout(TimeoutType::Create) => database(
+            DatabaseErrorKind::PoolTimeout,
+            None,
+            ConnectFailed::new("the server did not answer before the pool's create timeout"),
+        ),
+        PoolError::Backend(ManagerError::ConnectionError(e)) => {
+            let (kind, code) = classify_connect(dialect, &e);
+            database(kind, code, ConnectFailed::new(e.to_string()))
+        }
+        PoolError::Backend(ManagerError::QueryError(e)) => {
+            let (kind, code) = classify_ref(dialect, &e);
+            database(kind, code, e)
+        }
+        PoolError::Timeout(_) => database(DatabaseErrorKind::PoolTimeout, None, error),
         // Closed, no runtime, a failed hook: the pool's own state or setup.
-        _ => (DatabaseErrorKind::Other, None),
-    };
-    database(kind, code, error)
+        other => database(DatabaseErrorKind::Other, None, other),
+    }
 }
 
 fn database(

@@ -23,6 +23,7 @@ mod backend_kind;
 mod cached;
 mod close_unless_released;
 mod columns;
+mod connect_failure;
 mod dialect;
 mod embed;
 mod error;
@@ -47,10 +48,12 @@ pub use backend_kind::{BackendKind, UnknownBackend, UnsupportedUrl};
 pub use cached::{CachedQuery, TypedQuery, cached, uncached};
 pub use close_unless_released::CloseUnlessReleased;
 pub use columns::{listed_columns, selected_columns};
+pub use connect_failure::{ConnectFailed, connecting_to, target_of};
 pub use dialect::{Dialect, Inserted, KeyCounts, ReadRow, Transact, not_provided, transact};
 pub use embed::check_migration_sql;
 pub use error::{
-    mysql_error, mysql_pool_error, postgres_error, postgres_pool_error, sqlite_connection_error,
+    is_missing_table, mysql_connection_error, mysql_error, mysql_pool_error,
+    postgres_connection_error, postgres_error, postgres_pool_error, sqlite_connection_error,
     sqlite_error, sqlite_pool_error,
 };
 pub use flows::keys::tally;

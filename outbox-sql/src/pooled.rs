@@ -24,7 +24,7 @@ use crate::CloseUnlessReleased;
 /// classification).
 pub async fn with_conn<M, C, T, F>(
     pool: &Pool<M>,
-    pool_error: fn(PoolError<M::Error>) -> Error,
+    pool_error: impl FnOnce(PoolError<M::Error>) -> Error,
     body: F,
 ) -> Result<T>
 where

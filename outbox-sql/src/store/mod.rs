@@ -27,6 +27,10 @@ pub struct SqlStore<D: Dialect> {
     pool: Pool<D::Manager>,
     dialect: D,
     outbox: Arc<tokio::sync::OnceCell<OutboxId>>,
+    /// The server its URL names, without credentials ([`target_of`](crate::target_of)), for
+    /// errors of connections the pool could not open; unknown for a pool
+    /// the caller built.
+    target: Option<Arc<str>>,
 }
 
 impl<D: Dialect> Clone for SqlStore<D> {
@@ -35,6 +39,7 @@ impl<D: Dialect> Clone for SqlStore<D> {
             pool: self.pool.clone(),
             dialect: self.dialect.clone(),
             outbox: Arc::clone(&self.outbox),
+            target: self.target.clone(),
         }
     }
 }
@@ -53,10 +58,13 @@ impl<D: Dialect> SqlStore<D> {
     /// A store with its own pool of up to `max_size` connections to
     /// `database_url`, each set up as the backend wants it (see the
     /// backend's dialect), failing fast (5 s) when the server is
-    /// unreachable.
+    /// unreachable. A connection it cannot open fails with an error naming
+    /// the server (host and port, or file) and the reason, once.
     pub fn connect(database_url: &str, max_size: usize) -> Result<Self> {
         let (pool, dialect) = D::connect(database_url, max_size)?;
-        Ok(Self::with_dialect(pool, dialect))
+        let mut store = Self::with_dialect(pool, dialect);
+        store.target = crate::target_of(database_url).map(Arc::from);
+        Ok(store)
     }
 
     /// A store over an existing pool: share the application's, or give the
@@ -73,6 +81,7 @@ impl<D: Dialect> SqlStore<D> {
             pool,
             dialect,
             outbox: Arc::default(),
+            target: None,
         }
     }
 
@@ -135,7 +144,16 @@ impl<D: Dialect> SqlStore<D> {
         for<'c> F: TxBody<&'c mut D::Conn, Result<T>, Fut: Send>,
         T: Send,
     {
-        crate::with_conn(&self.pool, D::pool_error, body).await
+        crate::with_conn(&self.pool, |e| self.pool_error(e), body).await
+    }
+
+    /// The pool's `error` as the outbox's, naming the server when the
+    /// store knows it.
+    pub(crate) fn pool_error(
+        &self,
+        error: diesel_async::pooled_connection::deadpool::PoolError,
+    ) -> diesel_outbox_core::Error {
+        crate::connecting_to(D::pool_error(error), self.target.as_deref())
     }
 
     /// [`run`](Self::run) for a write: in this process's turn to write
