@@ -91,10 +91,7 @@ impl Backend {
         match self.0 {
             #[cfg(feature = "postgres")]
             BackendKind::Postgres => {
-                use diesel_async::{AsyncConnection as _, AsyncPgConnection};
-                let conn = AsyncPgConnection::establish(url)
-                    .await
-                    .map_err(|error| connecting(self, &error))?;
+                let conn = diesel_outbox_postgres::establish(url).await?;
                 Ok(match (revert, inbox) {
                     (false, false) => {
                         diesel_outbox_postgres::run_migrations_named(conn, names).await?
@@ -112,10 +109,7 @@ impl Backend {
             }
             #[cfg(feature = "mysql")]
             BackendKind::Mysql => {
-                use diesel_async::{AsyncConnection as _, AsyncMysqlConnection};
-                let conn = AsyncMysqlConnection::establish(url)
-                    .await
-                    .map_err(|error| connecting(self, &error))?;
+                let conn = diesel_outbox_mysql::establish(url).await?;
                 Ok(match (revert, inbox) {
                     (false, false) => {
                         diesel_outbox_mysql::run_migrations_named(conn, names).await?
@@ -182,6 +176,7 @@ impl Backend {
             }
             #[cfg(feature = "sqlite")]
             BackendKind::Sqlite => {
+                sqlite_file_exists(url)?;
                 let store = diesel_outbox_sqlite::SqliteStore::connect(url, POOL_SIZE)?
                     .with_names(names)?;
                 commands::run(store, &outbox, command, out).await
@@ -195,13 +190,27 @@ impl Backend {
     }
 }
 
-/// A failed connection, without the URL (it may hold a password).
-#[allow(dead_code)] // unused when built with only the SQLite backend
-fn connecting(backend: Backend, error: &dyn std::fmt::Display) -> Failure {
-    Failure::Error(anyhow::anyhow!(
-        "could not connect to the {:?} database: {error}",
-        backend.0
-    ))
+/// The file a `sqlite://` URL names (diesel reads `sqlite://PATH` as the
+/// URI `file:PATH`), without its query.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+fn sqlite_file(url: &str) -> &std::path::Path {
+    let rest = url.strip_prefix("sqlite://").unwrap_or(url);
+    std::path::Path::new(rest.split('?').next().unwrap_or(rest))
+}
+
+/// Refuses a SQLite database file that does not exist: opening it would
+/// create an empty one, and every command but `migrate` would then report
+/// missing tables of a database the operator never meant to make.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+fn sqlite_file_exists(url: &str) -> Result<(), Failure> {
+    let path = sqlite_file(url);
+    if path.exists() {
+        return Ok(());
+    }
+    Err(Failure::Error(anyhow::anyhow!(
+        "no SQLite database at {}: check the path, or create it with `outbox migrate`",
+        path.display()
+    )))
 }
 
 #[cfg(test)]
@@ -217,6 +226,19 @@ mod tests {
         assert_eq!(kinds, BackendKind::ALL);
         for kind in BackendKind::ALL {
             assert_eq!(Backend::from_str(kind.name(), false), Ok(Backend(kind)));
+        }
+    }
+
+    #[test]
+    fn a_sqlite_url_names_its_file_without_the_query() {
+        for (url, file) in [
+            (
+                "sqlite:///var/lib/shop/orders.db",
+                "/var/lib/shop/orders.db",
+            ),
+            ("sqlite://orders.db?mode=rw", "orders.db"),
+        ] {
+            assert_eq!(super::sqlite_file(url), std::path::Path::new(file), "{url}");
         }
     }
 

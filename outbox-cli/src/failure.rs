@@ -57,9 +57,22 @@ impl From<Error> for Failure {
                 field: "schema" | "table_prefix",
                 ..
             } => Self::Usage(error.to_string()),
-            other => Self::Error(other.into()),
+            other => Self::Error(anyhow::anyhow!(explain(&other))),
         }
     }
+}
+
+/// What an operator reads for `error`: its message and causes, each once,
+/// and for a database whose outbox tables are missing, what to run.
+pub(crate) fn explain(error: &Error) -> String {
+    let mut text = error.chain();
+    if diesel_outbox_sql::is_missing_table(error) {
+        text.push_str(
+            "\nhint: the outbox's tables are not in this database: run `outbox migrate` \
+             with the same --database-url (and --schema, --table-prefix) to create them",
+        );
+    }
+    text
 }
 
 impl From<anyhow::Error> for Failure {

@@ -446,9 +446,44 @@ async fn bad_databases<B: TestBackend>(db: &B) -> anyhow::Result<()> {
         .split_once("://")
         .map(|(scheme, _)| scheme)
         .unwrap_or_default();
-    let unreachable = format!("{scheme}://root@127.0.0.1:9/none");
-    let run = outbox(&unreachable, &["stats"]).expect(1);
-    assert!(!run.stderr.is_empty(), "{run:?}");
+    // Nothing listens on port 9: each command names the server (never the
+    // password), the kind, and the operating system's reason, once.
+    let unreachable = format!("{scheme}://root:hunter2@127.0.0.1:9/none");
+    for command in ["stats", "migrate"] {
+        let run = outbox(&unreachable, &[command]).expect(1);
+        assert!(
+            run.stderr.starts_with(
+                "outbox: database error (connection): could not connect to 127.0.0.1:9, \
+                 database none: "
+            ),
+            "{command}: {run:?}"
+        );
+        assert!(
+            run.stderr
+                .trim_end()
+                .ends_with("Connection refused (os error 111)"),
+            "{command}: {run:?}"
+        );
+        assert!(!run.stderr.contains("hunter2"), "{command}: {run:?}");
+        assert_eq!(
+            run.stderr.matches("connecting to server").count(),
+            usize::from(scheme == "postgres"),
+            "{command}: {run:?}"
+        );
+    }
+    // A database the server does not have: its words, once.
+    let (server, _) = db.url().rsplit_once('/').unwrap_or_default();
+    let missing = format!("{server}/cli_no_such_database");
+    let run = outbox(&missing, &["stats"]).expect(1);
+    assert!(
+        run.stderr.contains(", database cli_no_such_database: "),
+        "{run:?}"
+    );
+    assert_eq!(
+        run.stderr.matches("cli_no_such_database").count(),
+        2,
+        "{run:?}"
+    );
     let run = outbox(db.url(), &["list", "--limit", "0"]).expect(2);
     assert!(run.stderr.contains("limit"), "{run:?}");
     let run = std::process::Command::new(crate::support::OUTBOX)
@@ -456,6 +491,41 @@ async fn bad_databases<B: TestBackend>(db: &B) -> anyhow::Result<()> {
         .env_remove("DATABASE_URL")
         .output()?;
     assert_eq!(run.status.code(), Some(2), "{run:?}");
+    Ok(())
+}
+
+/// A database without the outbox's tables: every command says so and what
+/// to run, and `serve` refuses to start rather than serve only errors.
+async fn unmigrated<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let url = db.url();
+    outbox(url, &["migrate", "--revert", "--yes"]).expect(0);
+    for args in [
+        &["stats"][..],
+        &["list"],
+        &["requeue", "--status", "failed", "--yes"],
+        &["show", "1"],
+    ] {
+        let run = outbox(url, args).expect(1);
+        assert!(run.stderr.contains("outbox_tasks"), "{args:?}: {run:?}");
+        assert!(
+            run.stderr.contains(
+                "hint: the outbox's tables are not in this database: \
+                 run `outbox migrate`"
+            ),
+            "{args:?}: {run:?}"
+        );
+    }
+    let serve = crate::support::outbox_within(
+        url,
+        &["serve", "--bind", "127.0.0.1:0"],
+        std::time::Duration::from_secs(60),
+    )
+    .await?
+    .expect(1);
+    assert!(serve.stdout.is_empty(), "it never listened: {serve:?}");
+    assert!(serve.stderr.contains("run `outbox migrate`"), "{serve:?}");
+    outbox(url, &["migrate"]).expect(0);
+    outbox(url, &["stats"]).expect(0);
     Ok(())
 }
 
@@ -545,6 +615,45 @@ async fn sqlite_unreadable_rows_are_listed_shown_and_discarded() {
     unreadable(&db, &url).await.unwrap();
 }
 
+/// A SQLite file that is not there: every command but `migrate` refuses it
+/// without creating it, `migrate` creates it, and a file without the
+/// outbox's tables gets the hint to migrate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_refuses_a_missing_file_and_hints_at_migrate() {
+    let dir = std::env::temp_dir().join(format!("outbox-cli-missing-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("orders.db");
+    let url = format!("sqlite://{}", file.display());
+    for args in [
+        &["stats"][..],
+        &["list"],
+        &["serve", "--bind", "127.0.0.1:0"],
+    ] {
+        let run = outbox(&url, args).expect(1);
+        assert_eq!(
+            run.stderr.trim_end(),
+            format!(
+                "outbox: no SQLite database at {}: check the path, or create it with \
+                 `outbox migrate`",
+                file.display()
+            ),
+            "{args:?}"
+        );
+        assert!(!file.exists(), "{args:?} created the file");
+    }
+    std::fs::write(&file, b"").unwrap();
+    let run = outbox(&url, &["stats"]).expect(1);
+    assert!(
+        run.stderr.contains("no such table: outbox_tasks"),
+        "{run:?}"
+    );
+    assert!(run.stderr.contains("run `outbox migrate`"), "{run:?}");
+    std::fs::remove_file(&file).unwrap();
+    outbox(&url, &["migrate"]).expect(0);
+    outbox(&url, &["stats"]).expect(0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `--schema` on SQLite, which has no schemas: a usage error that says so,
 /// for reads and for `migrate --print` alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -597,6 +706,7 @@ each_backend! {
     requeue_discard_and_purge_change_it => changes,
     bad_urls_and_values_exit_with_their_codes => bad_databases,
     unreadable_rows_are_listed_shown_and_discarded => unreadable_on_server,
+    an_unmigrated_database_says_to_migrate => unmigrated,
     a_table_prefix_picks_one_of_two_outboxes => prefixed,
     a_schema_picks_the_outbox_in_it => in_schema,
 }

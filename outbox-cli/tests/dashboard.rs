@@ -183,6 +183,25 @@ async fn a_tasks_page_shows_it_whole() {
     assert_eq!(status, 404);
 }
 
+/// A database that fails after the dashboard started: the page gives the
+/// whole reason, and what to run when the tables are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_database_is_explained_on_the_page() {
+    let db = PgTestDb::create("cli_dashboard_failing").await.unwrap();
+    let (_server, base) = serve(db.url());
+    let (status, _) = http(&base, "GET", "/", &[], "");
+    assert_eq!(status, 200);
+    crate::support::outbox(db.url(), &["migrate", "--revert", "--yes"]).expect(0);
+    let (status, page) = http(&base, "GET", "/", &[], "");
+    assert_eq!(status, 500, "{page}");
+    for expected in [
+        "database error (other): relation &quot;outbox_tasks&quot; does not exist",
+        "hint: the outbox&#39;s tables are not in this database: run `outbox migrate`",
+    ] {
+        assert!(page.contains(expected), "{expected:?} in {page}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_says_which_outbox_it_shows() {
     let db = PgTestDb::create("cli_dashboard_outbox").await.unwrap();

@@ -52,6 +52,31 @@ pub(crate) fn outbox(url: &str, args: &[&str]) -> Run {
     }
 }
 
+/// [`outbox`], failing when the command has not ended within `limit` (a
+/// `serve` that started when it should have refused), and killing it then.
+pub(crate) async fn outbox_within(
+    url: &str,
+    args: &[&str],
+    limit: std::time::Duration,
+) -> anyhow::Result<Run> {
+    let child = tokio::process::Command::new(OUTBOX)
+        .args(args)
+        .env("DATABASE_URL", url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let output = tokio::time::timeout(limit, child.wait_with_output())
+        .await
+        .map_err(|_| anyhow::anyhow!("`outbox {}` still ran after {limit:?}", args.join(" ")))??;
+    Ok(Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    })
+}
+
 /// Fails `ids` for good, through a worker whose handler refuses them; the
 /// last error names the injected failure.
 pub(crate) async fn fail<B: TestBackend>(db: &B, ids: &[TaskId]) -> anyhow::Result<()> {

@@ -45,6 +45,9 @@ pub(crate) async fn run<S: OperatorStore>(
     bind: SocketAddr,
     allow_hosts: &[String],
 ) -> Result<(), Failure> {
+    // A dashboard over a database it cannot read would serve only errors:
+    // refuse to start, with the reason, so the operator sees it at once.
+    store.stats().await?;
     let app = Arc::new(App {
         store,
         outbox: outbox.to_owned(),
@@ -112,7 +115,11 @@ fn failed(error: &Error) -> Response {
         Error::NotFailed { .. } | Error::NotDiscardable { .. } => StatusCode::CONFLICT,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    (status, Html(pages::problem("error", &error.to_string()))).into_response()
+    (
+        status,
+        Html(pages::problem("error", &crate::failure::explain(error))),
+    )
+        .into_response()
 }
 
 async fn index<S: OperatorStore>(

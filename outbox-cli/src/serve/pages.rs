@@ -31,7 +31,8 @@ td.error{font-family:monospace;max-width:40rem;overflow-wrap:anywhere}
 pre{background:#f7f7f7;padding:.8rem;overflow:auto}
 form{display:inline}
 .notice{background:#eef7ee;border:1px solid #9c9;padding:.5rem}
-.failed{color:#a00;font-weight:bold}";
+.failed{color:#a00;font-weight:bold}
+#problem{white-space:pre-line;overflow-wrap:anywhere}";
 
 /// A whole page around `body`.
 pub(crate) fn layout(title: &str, body: &str) -> String {
