@@ -16,20 +16,32 @@ fn optional_instant(at: Option<DateTime<Utc>>) -> Value {
     at.map_or(Value::Null, |at| Value::String(instant(at)))
 }
 
-/// The stats as JSON: one field per status, `backlog`, and
-/// `oldest_due_age_seconds` (null when nothing is due).
+/// An age as the tables show it (`90.5s`), `-` for none.
+pub(crate) fn age(age: Option<std::time::Duration>) -> String {
+    age.map_or_else(
+        || "-".to_owned(),
+        |age| format!("{:.1}s", age.as_secs_f64()),
+    )
+}
+
+/// The stats as JSON: one field per status, `backlog`,
+/// `oldest_due_age_seconds` (null when nothing is due) and
+/// `oldest_running_age_seconds` (null when nothing runs).
 pub(crate) fn stats_json(stats: &Stats) -> Value {
     let mut object = serde_json::Map::new();
     for (status, count) in stats.by_status() {
         object.insert(status.as_str().to_owned(), json!(count));
     }
     object.insert("backlog".to_owned(), json!(stats.backlog()));
-    object.insert(
-        "oldest_due_age_seconds".to_owned(),
-        stats
-            .oldest_due_age
-            .map_or(Value::Null, |age| json!(age.as_secs_f64())),
-    );
+    for (name, age) in [
+        ("oldest_due_age_seconds", stats.oldest_due_age),
+        ("oldest_running_age_seconds", stats.oldest_running_age),
+    ] {
+        object.insert(
+            name.to_owned(),
+            age.map_or(Value::Null, |age| json!(age.as_secs_f64())),
+        );
+    }
     Value::Object(object)
 }
 
@@ -41,13 +53,8 @@ pub(crate) fn stats_table(stats: &Stats) -> String {
         .map(|(status, count)| [status.as_str().to_owned(), count.to_string()])
         .collect();
     rows.push(["backlog".to_owned(), stats.backlog().to_string()]);
-    rows.push([
-        "oldest due".to_owned(),
-        stats.oldest_due_age.map_or_else(
-            || "-".to_owned(),
-            |age| format!("{:.1}s", age.as_secs_f64()),
-        ),
-    ]);
+    rows.push(["oldest due".to_owned(), age(stats.oldest_due_age)]);
+    rows.push(["oldest running".to_owned(), age(stats.oldest_running_age)]);
     table(&["STATUS", "TASKS"], &rows)
 }
 
@@ -59,11 +66,9 @@ pub(crate) fn stats_line(stats: &Stats, now: DateTime<Utc>) -> String {
     }
     let _ = write!(
         line,
-        "  oldest_due={}",
-        stats.oldest_due_age.map_or_else(
-            || "-".to_owned(),
-            |age| format!("{:.1}s", age.as_secs_f64())
-        )
+        "  oldest_due={}  oldest_running={}",
+        age(stats.oldest_due_age),
+        age(stats.oldest_running_age)
     );
     line
 }

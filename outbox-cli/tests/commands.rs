@@ -220,6 +220,7 @@ async fn reads<B: TestBackend>(db: &B) -> anyhow::Result<()> {
         (Some(2), Some(3), Some(3))
     );
     assert!(stats["oldest_due_age_seconds"].is_number(), "{stats}");
+    assert!(stats["oldest_running_age_seconds"].is_null(), "{stats}");
 
     let list = outbox(url, &["list"]).expect(0);
     let lines: Vec<&str> = list.stdout.lines().collect();

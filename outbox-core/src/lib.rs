@@ -88,7 +88,7 @@ pub use handler::{Handler, HandlerError, HandlerFn, HandlerKey, handler_fn};
 pub use id::{OutboxId, TaskId};
 pub use inbox::{Inbox, Receipt};
 pub use listing::{Order, Page, PageRequest, TaskFilter};
-pub use maintenance::{Maintenance, Stats, Wakeups};
+pub use maintenance::{Ages, Maintenance, Stats, Wakeups};
 pub use record::{Lease, Listed, Record, StoredRow, UnreadableRow};
 pub use registry::{Registry, RegistryBuilder};
 pub use relay::{Relay, RelayConfig, RelayReport};

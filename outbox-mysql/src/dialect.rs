@@ -25,13 +25,15 @@ use diesel_async::{
     },
 };
 use diesel_outbox_core::{
-    BatchRequest, Error, LeaseRequest, OutboxId, Rescued, Result, Stats, Task, TaskId,
+    Ages, BatchRequest, Error, LeaseRequest, OutboxId, Rescued, Result, Stats, Task, TaskId,
     transition::{self, Completion, EXPIRED_ERROR},
 };
 use diesel_outbox_sql::{
     CachedQuery, Dialect, Inserted, KeyCounts, Names, PreparedOnce, ReadRow, cached, micros,
     mysql_error, mysql_pool_error,
-    rows::{Applied, Count, Id, KeyCount, Micros, duration_us, tally_statuses, to_u64},
+    rows::{
+        Ages as AgesRow, Applied, Count, Id, KeyCount, Micros, duration_us, tally_statuses, to_u64,
+    },
     uncached,
 };
 use futures_util::FutureExt;
@@ -334,11 +336,6 @@ impl Dialect for Mysql {
             .await
             .optional()
             .map_err(mysql_error)?;
-        let oldest: Option<Micros> = diesel::sql_query(&*self.sql(sql::OLDEST_DUE))
-            .get_result(&mut *conn)
-            .await
-            .optional()
-            .map_err(mysql_error)?;
         let mut stats = Stats::default();
         let exact = tally_statuses(&mut stats, counts);
         let estimate = table.map_or(0, |table| table.n);
@@ -351,8 +348,15 @@ impl Dialect for Mysql {
         } else {
             to_u64(estimate - exact)
         };
-        stats.oldest_due_age = oldest.and_then(|oldest| oldest.us).map(duration_us);
         Ok(stats)
+    }
+
+    async fn ages(&self, conn: &mut AsyncMysqlConnection) -> Result<Ages> {
+        let ages: AgesRow = cached(&self.sql(sql::AGES))
+            .get_result(conn)
+            .await
+            .map_err(mysql_error)?;
+        Ok(Ages::from_us(ages.available, ages.waiting, ages.running))
     }
 
     async fn outbox_id(&self, conn: &mut AsyncMysqlConnection) -> Result<OutboxId> {

@@ -384,10 +384,25 @@ WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?";
 pub(crate) const COUNT_SUCCEEDED: &str =
     "SELECT 'succeeded' AS status, COUNT(*) AS n FROM outbox_tasks WHERE status = 'succeeded'";
 
-/// The available task first in claim order: how long it has been due.
-pub(crate) const OLDEST_DUE: &str = "\
-SELECT TIMESTAMPDIFF(MICROSECOND, next_attempt_at, UTC_TIMESTAMP(6)) AS us
-FROM outbox_tasks WHERE status = 'available' ORDER BY id LIMIT 1";
+/// The ages [`Stats::set_ages_us`] takes, each through its status's index:
+/// how long the available task first in claim order and the waiting task
+/// due first have been due (negative: not yet), and how long the running
+/// task whose lease ends first has been claimed. One row, `NULL` where no
+/// task has that status.
+///
+/// [`Stats::set_ages_us`]: diesel_outbox_core::Stats::set_ages_us
+pub(crate) const AGES: &str = "\
+SELECT
+    (SELECT TIMESTAMPDIFF(MICROSECOND, next_attempt_at, UTC_TIMESTAMP(6))
+     FROM outbox_tasks FORCE INDEX (outbox_tasks_claim_idx)
+     WHERE status = 'available' ORDER BY id LIMIT 1) AS available,
+    (SELECT TIMESTAMPDIFF(MICROSECOND, next_attempt_at, UTC_TIMESTAMP(6))
+     FROM outbox_tasks FORCE INDEX (outbox_tasks_due_idx)
+     WHERE status = 'waiting' ORDER BY next_attempt_at LIMIT 1) AS waiting,
+    (SELECT TIMESTAMPDIFF(MICROSECOND, updated_at, UTC_TIMESTAMP(6))
+     FROM outbox_tasks FORCE INDEX (outbox_tasks_lease_idx)
+     WHERE status = 'running' AND lease_expires_at IS NOT NULL
+     ORDER BY lease_expires_at LIMIT 1) AS running";
 
 /// Microseconds until the next waiting task is due.
 pub(crate) const NEXT_DUE: &str = "\

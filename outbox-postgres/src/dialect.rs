@@ -24,15 +24,18 @@ use diesel_async::{
     },
 };
 use diesel_outbox_core::{
-    BatchRequest, ClaimOutcome, ClaimedTask, Error, LeaseRequest, OutboxId, Rescued, Result, Stats,
-    Status, Task, TaskId, Wakeups,
+    Ages, BatchRequest, ClaimOutcome, ClaimedTask, Error, LeaseRequest, OutboxId, Rescued, Result,
+    Stats, Status, Task, TaskId, Wakeups,
     transition::{self, Availability, Completion, EXPIRED_ERROR},
 };
 use diesel_outbox_sql::{
     CachedQuery, Dialect, Inserted, KeyCounts, Names, Notify, ReadRow, cached,
     flows::claim::settle,
     micros, postgres_error, postgres_pool_error,
-    rows::{Applied, Count, KeyCount, Micros, Moved, duration_us, rescued, tally_statuses, to_u64},
+    rows::{
+        Ages as AgesRow, Applied, Count, KeyCount, Micros, Moved, duration_us, rescued,
+        tally_statuses, to_u64,
+    },
 };
 
 use crate::{
@@ -237,9 +240,6 @@ impl Dialect for Postgres {
         for count in counts {
             match count.status.as_str() {
                 "table" => table = count.n,
-                "oldest_due_us" => {
-                    stats.oldest_due_age = (count.n >= 0).then(|| duration_us(count.n));
-                }
                 _ => rows.push(count),
             }
         }
@@ -254,6 +254,14 @@ impl Dialect for Postgres {
             to_u64(table - exact)
         };
         Ok(stats)
+    }
+
+    async fn ages(&self, conn: &mut AsyncPgConnection) -> Result<Ages> {
+        let ages: AgesRow = cached(&self.sql(sql::AGES))
+            .get_result(conn)
+            .await
+            .map_err(postgres_error)?;
+        Ok(Ages::from_us(ages.available, ages.waiting, ages.running))
     }
 
     async fn outbox_id(&self, conn: &mut AsyncPgConnection) -> Result<OutboxId> {

@@ -354,8 +354,7 @@ DELETE FROM outbox_tasks WHERE id = ANY(ARRAY(
 
 /// Exact counts, each through the index holding only its status; the
 /// planner's row estimate of the table, from which the succeeded rows are
-/// estimated on a large table; and the age of the available task first in
-/// claim order.
+/// estimated on a large table.
 pub(crate) const STATS: &str = "\
 SELECT 'available' AS status, COUNT(*) AS n FROM outbox_tasks WHERE status = 'available'
 UNION ALL SELECT 'waiting', COUNT(*) FROM outbox_tasks WHERE status = 'waiting'
@@ -363,10 +362,24 @@ UNION ALL SELECT 'running', COUNT(*) FROM outbox_tasks WHERE status = 'running'
 UNION ALL SELECT 'blocked', COUNT(*) FROM outbox_tasks WHERE status = 'blocked'
 UNION ALL SELECT 'failed', COUNT(*) FROM outbox_tasks WHERE status = 'failed'
 UNION ALL SELECT 'discarded', COUNT(*) FROM outbox_tasks WHERE status = 'discarded'
-UNION ALL SELECT 'table', reltuples::bigint FROM pg_class WHERE oid = 'outbox_tasks'::regclass
-UNION ALL SELECT 'oldest_due_us', COALESCE((
-    SELECT (EXTRACT(EPOCH FROM now() - next_attempt_at) * 1000000)::bigint
-    FROM outbox_tasks WHERE status = 'available' ORDER BY id LIMIT 1), -1)";
+UNION ALL SELECT 'table', reltuples::bigint FROM pg_class WHERE oid = 'outbox_tasks'::regclass";
+
+/// The ages [`Ages::from_us`] takes, each through its status's index: how
+/// long the available task first in claim order and the waiting task due
+/// first have been due (negative: not yet), and how long the running task
+/// whose lease ends first has been claimed. One row, `NULL` where no task
+/// has that status.
+///
+/// [`Ages::from_us`]: diesel_outbox_core::Ages::from_us
+pub(crate) const AGES: &str = "\
+SELECT
+    (SELECT (EXTRACT(EPOCH FROM now() - next_attempt_at) * 1000000)::bigint
+     FROM outbox_tasks WHERE status = 'available' ORDER BY id LIMIT 1) AS available,
+    (SELECT (EXTRACT(EPOCH FROM now() - next_attempt_at) * 1000000)::bigint
+     FROM outbox_tasks WHERE status = 'waiting' ORDER BY next_attempt_at LIMIT 1) AS waiting,
+    (SELECT (EXTRACT(EPOCH FROM now() - updated_at) * 1000000)::bigint
+     FROM outbox_tasks WHERE status = 'running' AND lease_expires_at IS NOT NULL
+     ORDER BY lease_expires_at LIMIT 1) AS running";
 
 /// The exact count of succeeded rows, on a small table.
 pub(crate) const COUNT_SUCCEEDED: &str =

@@ -29,7 +29,7 @@ use diesel_async::{
     pooled_connection::{PoolError as ConnectError, PoolableConnection, deadpool::PoolError},
 };
 use diesel_outbox_core::{
-    BatchRequest, ClaimOutcome, ClaimedTask, Error, LeaseRequest, OutboxId, Record, Rescued,
+    Ages, BatchRequest, ClaimOutcome, ClaimedTask, Error, LeaseRequest, OutboxId, Record, Rescued,
     Result, Stats, Task, TaskId, TxBody, UnreadableRow, Wakeups, transition::Completion,
 };
 
@@ -298,8 +298,12 @@ pub trait Dialect: Clone + Send + Sync + Sized + 'static {
         at: DateTime<Utc>,
     ) -> Result<CachedQuery<'f, Self::Backend>>;
 
-    /// Counts per status and the oldest due task's age.
+    /// Counts per status (the ages left unset: [`ages`](Self::ages)).
     fn stats(&self, conn: &mut Self::Conn) -> impl Future<Output = Result<Stats>> + Send;
+
+    /// The ages of the task due longest and of the running task whose lease
+    /// ends first, each one index read.
+    fn ages(&self, conn: &mut Self::Conn) -> impl Future<Output = Result<Ages>> + Send;
 
     /// The outbox's own id, from `outbox_meta` (see
     /// [`read_outbox_id`](crate::read_outbox_id)).

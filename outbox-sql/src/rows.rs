@@ -74,6 +74,22 @@ pub struct Micros {
     pub us: Option<i64>,
 }
 
+/// The times behind [`Stats`](diesel_outbox_core::Stats)'s ages, in
+/// microseconds, each of one task or none: as ages (MySQL/MariaDB) or as
+/// the stored instants (SQLite), as the statement reading them says.
+#[derive(Debug, QueryableByName)]
+pub struct Ages {
+    /// The available task first in claim order.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub available: Option<i64>,
+    /// The waiting task due first.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub waiting: Option<i64>,
+    /// The running task whose lease ends first.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub running: Option<i64>,
+}
+
 /// What a rescue's rows say, as the core counts it.
 pub fn rescued(moved: Vec<Moved>) -> diesel_outbox_core::Rescued {
     diesel_outbox_core::Rescued {

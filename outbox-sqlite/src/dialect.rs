@@ -26,14 +26,14 @@ use diesel_async::{
     },
 };
 use diesel_outbox_core::{
-    BatchRequest, ClaimedTask, Error, LeaseRequest, OutboxId, Rescued, Result, Stats, Status, Task,
-    TaskId,
+    Ages, BatchRequest, ClaimedTask, Error, LeaseRequest, OutboxId, Rescued, Result, Stats, Status,
+    Task, TaskId,
     transition::{self, Completion, EXPIRED_ERROR},
 };
 use diesel_outbox_sql::{
     CachedQuery, Dialect, Inserted, KeyCounts, Names, ReadRow, cached,
     flows::claim::settle,
-    rows::{Applied, Count, KeyCount, Micros, Moved, rescued, tally_statuses},
+    rows::{Ages as AgesRow, Applied, Count, KeyCount, Micros, Moved, rescued, tally_statuses},
     sqlite_error, sqlite_pool_error, uncached,
 };
 use tokio::sync::Mutex;
@@ -192,19 +192,23 @@ impl Dialect for Sqlite {
             .load(&mut *conn)
             .await
             .map_err(sqlite_error)?;
-        let oldest: Option<Micros> = cached::<SqliteBackend>(&self.sql(sql::OLDEST_DUE))
-            .get_result(&mut *conn)
-            .await
-            .optional()
-            .map_err(sqlite_error)?;
-        let now = timestamp::now();
         let mut stats = Stats::default();
         tally_statuses(&mut stats, counts);
-        stats.oldest_due_age = oldest
-            .and_then(|oldest| oldest.us)
-            .and_then(timestamp::from_micros)
-            .map(|due| between(due, now));
         Ok(stats)
+    }
+
+    async fn ages(&self, conn: &mut AsyncSqliteConnection) -> Result<Ages> {
+        let at: AgesRow = cached::<SqliteBackend>(&self.sql(sql::AGES))
+            .get_result(conn)
+            .await
+            .map_err(sqlite_error)?;
+        let now = timestamp::to_micros(timestamp::now());
+        let age = |at: Option<i64>| at.map(|at| now.saturating_sub(at));
+        Ok(Ages::from_us(
+            age(at.available),
+            age(at.waiting),
+            age(at.running),
+        ))
     }
 
     async fn outbox_id(&self, conn: &mut AsyncSqliteConnection) -> Result<OutboxId> {

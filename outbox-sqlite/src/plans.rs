@@ -113,9 +113,14 @@ fn stats_and_purge_read_indexes_only() {
         statements::COUNTS,
         &["SCAN outbox_tasks USING COVERING INDEX outbox_tasks_claim_idx"],
     );
+    // Each age, one index seek to the first row of its status.
     assert_plan(
-        statements::OLDEST_DUE,
-        &["outbox_tasks_claim_idx (status=?)"],
+        statements::AGES,
+        &[
+            "outbox_tasks_claim_idx (status=?)",
+            "outbox_tasks_due_idx (status=?)",
+            "outbox_tasks_lease_idx (status=? AND lease_expires_at>?)",
+        ],
     );
     assert_plan(
         statements::PURGE,

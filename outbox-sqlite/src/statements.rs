@@ -273,10 +273,22 @@ pub(crate) const COUNTS: &str = "\
 SELECT status, COUNT(*) AS n FROM outbox_tasks INDEXED BY outbox_tasks_claim_idx
 GROUP BY status";
 
-/// The available task first in claim order: when it became due.
-pub(crate) const OLDEST_DUE: &str = "\
-SELECT next_attempt_at AS us FROM outbox_tasks INDEXED BY outbox_tasks_claim_idx
-WHERE status = 'available' ORDER BY id LIMIT 1";
+/// The instants behind [`Stats::set_ages_us`]'s ages, each through its
+/// status's index: when the available task first in claim order and the
+/// waiting task due first became (or become) due, and when the running
+/// task whose lease ends first was claimed. One row, `NULL` where no task
+/// has that status.
+///
+/// [`Stats::set_ages_us`]: diesel_outbox_core::Stats::set_ages_us
+pub(crate) const AGES: &str = "\
+SELECT
+    (SELECT next_attempt_at FROM outbox_tasks INDEXED BY outbox_tasks_claim_idx
+     WHERE status = 'available' ORDER BY id LIMIT 1) AS available,
+    (SELECT next_attempt_at FROM outbox_tasks INDEXED BY outbox_tasks_due_idx
+     WHERE status = 'waiting' ORDER BY next_attempt_at LIMIT 1) AS waiting,
+    (SELECT updated_at FROM outbox_tasks INDEXED BY outbox_tasks_lease_idx
+     WHERE status = 'running' AND lease_expires_at IS NOT NULL
+     ORDER BY lease_expires_at LIMIT 1) AS running";
 
 /// When the next waiting task is due.
 pub(crate) const NEXT_DUE: &str = "\

@@ -88,18 +88,16 @@ fn stats_table(stats: &Stats) -> String {
     for (status, _) in stats.by_status() {
         let _ = write!(html, "<th>{status}</th>");
     }
-    html.push_str("<th>backlog</th><th>oldest due</th></tr><tr>");
+    html.push_str("<th>backlog</th><th>oldest due</th><th>oldest running</th></tr><tr>");
     for (status, count) in stats.by_status() {
         let _ = write!(html, "<td id=\"count-{status}\">{count}</td>");
     }
-    let oldest = stats.oldest_due_age.map_or_else(
-        || "-".to_owned(),
-        |age| format!("{:.1}s", age.as_secs_f64()),
-    );
     let _ = write!(
         html,
-        "<td>{}</td><td>{oldest}</td></tr></table>",
-        stats.backlog()
+        "<td>{}</td><td id=\"oldest-due\">{}</td><td id=\"oldest-running\">{}</td></tr></table>",
+        stats.backlog(),
+        crate::render::age(stats.oldest_due_age),
+        crate::render::age(stats.oldest_running_age),
     );
     html
 }

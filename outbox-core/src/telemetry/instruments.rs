@@ -3,7 +3,7 @@ use metrics::{Level, Metadata, Unit};
 
 /// Every metric this crate reports: name, unit and what it means, as in the
 /// table in [`telemetry`](crate::telemetry).
-pub const METRICS: [(&str, Unit, &str); 13] = [
+pub const METRICS: [(&str, Unit, &str); 15] = [
     ("outbox_enqueued_total", Unit::Count, "tasks enqueued"),
     ("outbox_sent_total", Unit::Count, "attempts that succeeded"),
     (
@@ -42,6 +42,16 @@ pub const METRICS: [(&str, Unit, &str); 13] = [
         "tasks per status, as the relay last counted (succeeded is an estimate on large tables)",
     ),
     (
+        "outbox_oldest_due_age_seconds",
+        Unit::Seconds,
+        "how long the task due longest has waited to be sent, as the relay last read it (0: none due)",
+    ),
+    (
+        "outbox_oldest_running_age_seconds",
+        Unit::Seconds,
+        "how long the running task whose lease ends first has been claimed, as the relay last read it (0: none running)",
+    ),
+    (
         "outbox_promoted_total",
         Unit::Count,
         "waiting tasks made available once due",
@@ -75,7 +85,11 @@ pub fn describe() {
             "outbox_handler_duration_seconds" | "outbox_commit_to_send_seconds" => {
                 metrics::describe_histogram!(name, unit, description);
             }
-            "outbox_backlog" | "outbox_tasks" | "outbox_relay_unwritten" => {
+            "outbox_backlog"
+            | "outbox_tasks"
+            | "outbox_oldest_due_age_seconds"
+            | "outbox_oldest_running_age_seconds"
+            | "outbox_relay_unwritten" => {
                 metrics::describe_gauge!(name, unit, description);
             }
             _ => metrics::describe_counter!(name, unit, description),
@@ -105,6 +119,9 @@ pub(crate) fn stats(stats: &crate::Stats) {
     for (status, count) in stats.by_status() {
         metrics::gauge!("outbox_tasks", "status" => status.as_str()).set(count as f64);
     }
+    let seconds = |age: Option<std::time::Duration>| age.map_or(0.0, |age| age.as_secs_f64());
+    metrics::gauge!("outbox_oldest_due_age_seconds").set(seconds(stats.oldest_due_age));
+    metrics::gauge!("outbox_oldest_running_age_seconds").set(seconds(stats.oldest_running_age));
 }
 
 /// Counts the moves of one maintenance step.
@@ -125,4 +142,34 @@ pub(crate) fn unwritten(count: usize) {
 /// Counts a `send_async` left to the relay because the worker was at its concurrency.
 pub(crate) fn send_async_deferred() {
     metrics::counter!("outbox_send_async_deferred_total").increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use metrics_exporter_prometheus::PrometheusBuilder;
+
+    /// The age gauges, in seconds as Prometheus reads them, and 0 (not
+    /// absent) when nothing is due or running, so an alert's comparison
+    /// always has a value.
+    #[test]
+    fn stats_publish_the_ages_in_seconds_and_zero_when_none() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let stats = crate::Stats {
+            oldest_due_age: Some(Duration::from_millis(90_500)),
+            ..Default::default()
+        };
+        metrics::with_local_recorder(&recorder, || super::stats(&stats));
+        let text = handle.render();
+        assert!(
+            text.contains("outbox_oldest_due_age_seconds 90.5\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("outbox_oldest_running_age_seconds 0\n"),
+            "{text}"
+        );
+    }
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use diesel_outbox_core::{
-    Error, Listed, Maintenance, Page, PageRequest, Result, Stats, TaskFilter, TaskId, Wakeups,
+    Ages, Error, Listed, Maintenance, Page, PageRequest, Result, Stats, TaskFilter, TaskId, Wakeups,
 };
 
 use super::SqlStore;
@@ -19,8 +19,16 @@ const BULK_CHUNK: usize = 256;
 
 impl<D: Dialect> Maintenance for SqlStore<D> {
     async fn stats(&self) -> Result<Stats> {
-        self.run(async |conn| self.dialect().stats(conn).await)
-            .await
+        self.run(async |conn| {
+            let mut stats = self.dialect().stats(conn).await?;
+            stats.set_ages(self.dialect().ages(conn).await?);
+            Ok(stats)
+        })
+        .await
+    }
+
+    async fn ages(&self) -> Result<Ages> {
+        self.run(async |conn| self.dialect().ages(conn).await).await
     }
 
     async fn inspect(&self, id: TaskId) -> Result<Listed> {

@@ -70,7 +70,8 @@ pub use pipeline::*;
 pub use relay::{
     ordering_keys_hold_under_random_failures, purge_keeps_unfinished_and_recent_rows,
     relay_claims_only_what_it_can_start, relay_wakes_for_the_next_due_retry,
-    shutdown_deadline_gives_claims_back, shutdown_waits_for_running_handlers, stats_and_requeue,
+    shutdown_deadline_gives_claims_back, shutdown_waits_for_running_handlers,
+    stats_age_the_oldest_due_and_running_tasks, stats_and_requeue,
     three_relays_deliver_each_task_once,
 };
 pub use relay_steps::*;
@@ -153,6 +154,7 @@ macro_rules! conformance_tests {
             relay_claims_only_what_it_can_start,
             purge_keeps_unfinished_and_recent_rows,
             stats_and_requeue,
+            stats_age_the_oldest_due_and_running_tasks,
             relay_wakes_for_the_next_due_retry,
             send_async_returns_at_once,
             hanging_handler_is_cut_at_the_timeout,

@@ -260,6 +260,66 @@ pub async fn purge_keeps_unfinished_and_recent_rows<B: TestBackend>(db: &B) -> a
     Ok(())
 }
 
+/// `stats` ages the task due longest (available, or waiting past its due
+/// time and not yet promoted, whichever waited longer) and the running task
+/// whose lease ends first, from rows set by hand as a stalled outbox leaves
+/// them; both are `None` when no task is due or running.
+pub async fn stats_age_the_oldest_due_and_running_tasks<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    let fresh = db.store().stats().await?;
+    assert_eq!(
+        (fresh.oldest_due_age, fresh.oldest_running_age),
+        (None, None)
+    );
+    let ids = enqueue_committed(db, (0..3).map(task).collect()).await?;
+    let ago =
+        |minutes: i64| B::instant_sql(chrono::Utc::now() - chrono::Duration::minutes(minutes));
+    let set = |id: TaskId, columns: String| {
+        format!("UPDATE outbox_tasks SET {columns} WHERE id = {}", id.get())
+    };
+    db.execute_sql(&set(ids[0], format!("next_attempt_at = {}", ago(10))))
+        .await?;
+    db.execute_sql(&set(
+        ids[1],
+        format!("status = 'waiting', next_attempt_at = {}", ago(60)),
+    ))
+    .await?;
+    db.execute_sql(&set(
+        ids[2],
+        format!(
+            "status = 'running', attempts = 1, lease_owner = 'stalled', \
+             lease_expires_at = {}, updated_at = {}",
+            ago(-5),
+            ago(30)
+        ),
+    ))
+    .await?;
+    let minutes = |age: Option<Duration>| age.map(|age| age.as_secs_f64() / 60.0);
+    let near = |age: Option<Duration>, expected: f64| {
+        minutes(age).is_some_and(|m| (m - expected).abs() < 2.0)
+    };
+    let stats = db.store().stats().await?;
+    assert!(
+        near(stats.oldest_due_age, 60.0),
+        "the overdue waiting task waited longest: {stats:?}"
+    );
+    assert!(near(stats.oldest_running_age, 30.0), "{stats:?}");
+    let ages = db.store().ages().await?;
+    assert!(
+        near(ages.oldest_due, 60.0) && near(ages.oldest_running, 30.0),
+        "{ages:?}"
+    );
+
+    // Not due yet, the waiting task is left out: the available one remains.
+    let in_an_hour = B::instant_sql(chrono::Utc::now() + chrono::Duration::hours(1));
+    db.execute_sql(&set(ids[1], format!("next_attempt_at = {in_an_hour}")))
+        .await?;
+    let stats = db.store().stats().await?;
+    assert!(near(stats.oldest_due_age, 10.0), "{stats:?}");
+    Ok(())
+}
+
 /// `stats` counts per status and ages the oldest due task; `requeue` gives
 /// a failed task another chance with its attempts kept, and refuses others.
 pub async fn stats_and_requeue<B: TestBackend>(db: &B) -> anyhow::Result<()> {

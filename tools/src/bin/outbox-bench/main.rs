@@ -133,7 +133,7 @@ pub(crate) enum Scenario {
     Drain,
     /// Commit to handler start: send_async, NOTIFY, polling.
     Latency,
-    /// Claim cost beside each backlog shape.
+    /// Claim cost, and the read of the ages, beside each backlog shape.
     Scale,
     /// JetStream publishing through the relay against raw async-nats, a
     /// hand-written publisher and the raw drain loop alone.

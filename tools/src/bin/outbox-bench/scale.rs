@@ -1,10 +1,11 @@
-//! Scenario 4: a claim's cost beside each backlog an outbox meets in
-//! production (waiting, blocked behind a failed head, finished), against the
-//! same claim on a table holding only the due rows.
+//! Scenario 4: a claim's cost, and the read of the ages an alert watches,
+//! beside each backlog an outbox meets in production (waiting, blocked
+//! behind a failed head, finished), against the same on a table holding
+//! only the due rows.
 
 use std::time::{Duration, Instant};
 
-use diesel_outbox_core::{BatchRequest, LeaseRequest, Store};
+use diesel_outbox_core::{BatchRequest, LeaseRequest, Maintenance, Store};
 use diesel_outbox_testkit::backlog::Backlog;
 
 use super::{
@@ -36,6 +37,15 @@ async fn claim<B: Raw>(db: &B) -> anyhow::Result<f64> {
     let claimed = db.store().claim_due(&request).await?;
     let took = started.elapsed().as_secs_f64();
     anyhow::ensure!(claimed.len() == 100, "claimed {} of 100", claimed.len());
+    Ok(took)
+}
+
+/// Seconds one read of the ages took.
+async fn ages<B: Raw>(db: &B) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let ages = db.store().ages().await?;
+    let took = started.elapsed().as_secs_f64();
+    anyhow::ensure!(ages.oldest_due.is_some(), "no due task aged: {ages:?}");
     Ok(took)
 }
 
@@ -75,6 +85,30 @@ pub(crate) async fn measure<B: Raw>(
             on_shaped.push(claim(shaped).await?);
         }
         let (due_only_cost, shaped_cost) = (median(&on_due_only), median(&on_shaped));
+        // The ages, on the same tables (each now holding its claimed rows
+        // too), interleaved the same way, after one read each to warm.
+        ages(due_only).await?;
+        ages(shaped).await?;
+        let (mut aged_due_only, mut aged_shaped) = (Vec::new(), Vec::new());
+        for _ in 0..plan.claims {
+            aged_due_only.push(ages(due_only).await?);
+            aged_shaped.push(ages(shaped).await?);
+        }
+        let (due_only_read, shaped_read) = (median(&aged_due_only), median(&aged_shaped));
+        figures.push(Figure {
+            backend: B::NAME,
+            scenario: format!("ages read beside {}", backlog.describe(rows)),
+            unit: "us per read",
+            library: shaped_read * 1e6,
+            baseline: due_only_read * 1e6,
+            ratio: shaped_read / due_only_read,
+            higher_is_better: false,
+            runs: plan.claims,
+            target: Some(1.2),
+            baseline_name: "the same read, due rows only",
+            cpu: None,
+            plot: Plot::None,
+        });
         figures.push(Figure {
             backend: B::NAME,
             scenario: format!("claim of 100 beside {}", backlog.describe(rows)),

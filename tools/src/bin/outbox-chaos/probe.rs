@@ -132,6 +132,10 @@ impl<S: Maintenance> Maintenance for Probe<S> {
         self.inner.stats().await
     }
 
+    async fn ages(&self) -> Result<diesel_outbox_core::Ages> {
+        self.inner.ages().await
+    }
+
     async fn requeue_failed(&self, id: TaskId) -> Result<bool> {
         self.inner.requeue_failed(id).await
     }
