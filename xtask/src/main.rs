@@ -75,6 +75,7 @@ fn main() -> anyhow::Result<()> {
 fn test(args: &[String]) -> anyhow::Result<()> {
     services::ensure_all()?;
     packages::ensure(&packages::BROWSER)?;
+    packages::ensure(&packages::PROMTOOL)?;
     let broker = match std::env::var_os(kafka::BOOTSTRAP_VAR) {
         Some(_) => None,
         None => Some(kafka::PrivateBroker::start()?),

@@ -24,6 +24,13 @@ pub(crate) const BROWSER: Packages = Packages {
     files: &["/usr/bin/chromium", "/usr/bin/chromedriver"],
 };
 
+/// Prometheus's `promtool`, which checks and unit-tests the alert rules.
+pub(crate) const PROMTOOL: Packages = Packages {
+    purpose: "the alert rules' checks",
+    names: &["prometheus"],
+    files: &["/usr/bin/promtool"],
+};
+
 /// libfaketime, which the chaos scenarios fake one relay's clock with.
 pub(crate) const FAKETIME: Packages = Packages {
     purpose: "the chaos scenarios' skewed clock",

@@ -3,6 +3,8 @@
 //! order that enqueued its task. The recorder, subscriber and propagator
 //! are global, so one test runs both examples, one after the other.
 
+mod monitoring;
+
 use std::path::PathBuf;
 
 use opentelemetry::Value;
@@ -17,12 +19,18 @@ fn scratch(name: &str) -> anyhow::Result<PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_examples_export_metrics_and_traces() -> anyhow::Result<()> {
-    prometheus_scrapes_described_metrics().await?;
+    // The example's recorder, built as `install_prometheus` builds it,
+    // with a signal for when a relay has published its stats.
+    let (recorder, scrape, published) = monitoring::Signalling::new();
+    metrics::set_global_recorder(recorder)?;
+    prometheus_scrapes_described_metrics(&scrape).await?;
+    monitoring::the_rules_and_dashboard_read_exported_metrics(&scrape, &published).await?;
     traces_join_each_handler_to_its_order().await
 }
 
-async fn prometheus_scrapes_described_metrics() -> anyhow::Result<()> {
-    let scrape = telemetry_examples::install_prometheus()?;
+async fn prometheus_scrapes_described_metrics(
+    scrape: &metrics_exporter_prometheus::PrometheusHandle,
+) -> anyhow::Result<()> {
     let dir = scratch("prometheus-example")?;
     telemetry_examples::place_orders(&dir.join("shop.db"), 3).await?;
     std::fs::remove_dir_all(&dir)?;
