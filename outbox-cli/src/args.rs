@@ -30,7 +30,7 @@ fn parse_schema(schema: &str) -> Result<String, String> {
 /// dashboard.
 ///
 /// Exit codes: 0 done; 1 error (database unreachable, query failed); 2
-/// usage error (bad option or value); 3 no such task; 4 the task is not in
+/// usage error (bad option or value); 3 no such task (or failure group); 4 the task is not in
 /// a status that allows the change; 5 a bulk change was not confirmed.
 #[derive(Debug, Parser)]
 #[command(name = "outbox", version)]
@@ -89,11 +89,16 @@ pub(crate) enum Command {
         /// The task's id.
         id: i64,
     },
-    /// Make failed tasks available again: one by id, or every one a filter
-    /// matches.
+    /// Failed tasks grouped by kind and error (ids, numbers and quoted
+    /// values folded), largest group first, with a group id for `requeue
+    /// --group` and `discard --group`.
+    Failures(FailuresArgs),
+    /// Make failed tasks available again: one by id, every one a filter
+    /// matches, or a failure group.
     Requeue(ChangeArgs),
-    /// Give tasks up without sending them: one by id, or every one a filter
-    /// matches (running and finished tasks are left alone).
+    /// Give tasks up without sending them: one by id, every one a filter
+    /// matches (running and finished tasks are left alone), or a failure
+    /// group.
     Discard(ChangeArgs),
     /// Delete succeeded, discarded and failed tasks finished long enough ago.
     Purge(PurgeArgs),
@@ -182,12 +187,42 @@ pub(crate) struct ListArgs {
     pub(crate) oldest_first: bool,
 }
 
-/// `requeue` and `discard`: one task, or every task a filter matches.
+/// `failures`.
+#[derive(Debug, Args)]
+pub(crate) struct FailuresArgs {
+    /// Only tasks of this kind.
+    #[arg(long)]
+    pub(crate) kind: Option<String>,
+    /// Only tasks created at or after this: an RFC 3339 time or an age
+    /// (`90s`, `15m`, `2h`, `7d`).
+    #[arg(long, value_parser = parse_since)]
+    pub(crate) since: Option<DateTime<Utc>>,
+}
+
+impl FailuresArgs {
+    /// The core filter these options describe (the status is failed).
+    pub(crate) fn filter(&self) -> TaskFilter {
+        let mut filter = TaskFilter::new().status(Status::Failed);
+        if let Some(kind) = &self.kind {
+            filter = filter.kind(kind.clone());
+        }
+        if let Some(since) = self.since {
+            filter = filter.since(since);
+        }
+        filter
+    }
+}
+
+/// `requeue` and `discard`: one task, every task a filter matches, or a
+/// failure group.
 #[derive(Debug, Args)]
 pub(crate) struct ChangeArgs {
     /// The task's id; leave it out and give `--status` for a bulk change.
-    #[arg(conflicts_with_all = ["status", "kind", "key", "since"])]
+    #[arg(conflicts_with_all = ["status", "kind", "key", "since", "group"])]
     pub(crate) id: Option<i64>,
+    /// The failed tasks of this group, as `outbox failures` lists them.
+    #[arg(long, conflicts_with_all = ["status", "kind", "key", "since"])]
+    pub(crate) group: Option<String>,
     /// Which tasks, for a bulk change.
     #[command(flatten)]
     pub(crate) filter: FilterArgs,

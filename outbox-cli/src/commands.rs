@@ -3,11 +3,13 @@
 use std::io::{IsTerminal as _, Write as _};
 
 use chrono::Utc;
-use diesel_outbox_core::{Listed, Maintenance, Order, PageRequest, TaskFilter, TaskId};
+use diesel_outbox_core::{
+    Listed, Maintenance, Order, PageRequest, TaskFilter, TaskId, failure_groups,
+};
 use serde_json::json;
 
 use crate::{
-    args::{ChangeArgs, Command, ListArgs, PurgeArgs, WatchArgs},
+    args::{ChangeArgs, Command, FailuresArgs, ListArgs, PurgeArgs, WatchArgs},
     failure::Failure,
     render, serve,
 };
@@ -50,6 +52,7 @@ pub(crate) async fn run<S: OperatorStore>(
         Command::Stats => stats(&store, out).await,
         Command::List(args) => list(&store, &args, out).await,
         Command::Show { id } => show(&store, TaskId::new(id), out).await,
+        Command::Failures(args) => failures(&store, &args, out).await,
         Command::Requeue(args) => change(&store, &args, Change::Requeue, out).await,
         Command::Discard(args) => change(&store, &args, Change::Discard, out).await,
         Command::Purge(args) => purge(&store, &args, out).await,
@@ -133,9 +136,12 @@ async fn change<S: OperatorStore>(
             out.print(&format!("{} task {id}\n", change.done()))
         };
     }
+    if let Some(group) = &args.group {
+        return change_group(store, group, args, change, out).await;
+    }
     if args.filter.status.is_none() {
         return Err(Failure::Usage(format!(
-            "{} needs a task id, or --status (and other filters) for a bulk change",
+            "{} needs a task id, --group, or --status (and other filters) for a bulk change",
             change.verb()
         )));
     }
@@ -156,6 +162,63 @@ async fn change<S: OperatorStore>(
         out.json(&json!({ change.done(): changed }))
     } else {
         out.print(&format!("{} {changed} task(s)\n", change.done()))
+    }
+}
+
+async fn failures<S: OperatorStore>(
+    store: &S,
+    args: &FailuresArgs,
+    out: Output,
+) -> Result<(), Failure> {
+    let groups = failure_groups(store, &args.filter()).await?;
+    if out.json {
+        out.json(&render::groups_json(&groups))
+    } else {
+        out.print(&render::groups_table(&groups))
+    }
+}
+
+/// Requeues or discards the failed tasks of failure group `id`, in batches
+/// of `args.batch`, after confirming how many it holds.
+async fn change_group<S: OperatorStore>(
+    store: &S,
+    id: &str,
+    args: &ChangeArgs,
+    change: Change,
+    out: Output,
+) -> Result<(), Failure> {
+    let groups = failure_groups(store, &TaskFilter::new()).await?;
+    let Some(group) = groups.into_iter().find(|group| group.id == id) else {
+        return Err(Failure::NotFound(format!(
+            "no failure group {id}: `outbox failures` lists the groups there are now"
+        )));
+    };
+    if args.batch == 0 {
+        return Err(Failure::Usage("--batch must be at least 1".to_owned()));
+    }
+    if !args.yes {
+        confirm(&format!(
+            "{} {} failed {} task(s) of group {id} ({})?",
+            change.verb(),
+            group.count(),
+            group.kind,
+            group.class
+        ))?;
+    }
+    let mut changed = 0;
+    for ids in group.ids.chunks(args.batch) {
+        changed += match change {
+            Change::Requeue => store.requeue_failed_many(ids).await?,
+            Change::Discard => store.discard_many(ids).await?,
+        };
+    }
+    if out.json {
+        out.json(&json!({ change.done(): changed, "group": id }))
+    } else {
+        out.print(&format!(
+            "{} {changed} task(s) of group {id}\n",
+            change.done()
+        ))
     }
 }
 

@@ -12,7 +12,7 @@ pub(crate) enum Failure {
     Error(anyhow::Error),
     /// A bad option or value. Exit 2, as for clap's own usage errors.
     Usage(String),
-    /// No task with the given id. Exit 3.
+    /// No task (or failure group) with the given id. Exit 3.
     NotFound(String),
     /// The task's status does not allow the change. Exit 4.
     Refused(String),

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use diesel_outbox_core::{Listed, Page, Record, Stats, UnreadableRow};
+use diesel_outbox_core::{FailureGroup, Listed, Page, Record, Stats, UnreadableRow};
 use serde_json::{Value, json};
 
 /// An instant as RFC 3339 UTC with microseconds.
@@ -292,6 +292,67 @@ pub(crate) fn page_table(page: &Page) -> String {
         None if page.is_empty() => text.push_str("no tasks match\n"),
         None => {}
     }
+    text
+}
+
+/// `failures` for scripts: `{"groups": [group]}`, a group being `{"group",
+/// "kind", "class", "count", "first_failed", "last_failed", "example",
+/// "ids"}`.
+pub(crate) fn groups_json(groups: &[FailureGroup]) -> Value {
+    let groups: Vec<Value> = groups
+        .iter()
+        .map(|group| {
+            json!({
+                "group": group.id,
+                "kind": group.kind,
+                "class": group.class,
+                "count": group.count(),
+                "first_failed": optional_instant(group.first_failed),
+                "last_failed": optional_instant(group.last_failed),
+                "example": group.example,
+                "ids": group.ids.iter().map(|id| id.get()).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({ "groups": groups })
+}
+
+/// `failures` for people: one row per group, largest first.
+pub(crate) fn groups_table(groups: &[FailureGroup]) -> String {
+    if groups.is_empty() {
+        return "no failed tasks\n".to_owned();
+    }
+    let when = |at: Option<DateTime<Utc>>| {
+        at.map_or_else(
+            || "-".to_owned(),
+            |at| at.format("%Y-%m-%d %H:%M:%S").to_string(),
+        )
+    };
+    let rows: Vec<[String; 6]> = groups
+        .iter()
+        .map(|group| {
+            [
+                group.id.clone(),
+                group.kind.clone(),
+                group.count().to_string(),
+                when(group.first_failed),
+                when(group.last_failed),
+                short_error(&group.class, 70),
+            ]
+        })
+        .collect();
+    let mut text = table(
+        &[
+            "GROUP",
+            "KIND",
+            "TASKS",
+            "FIRST FAILED",
+            "LAST FAILED",
+            "ERROR",
+        ],
+        &rows,
+    );
+    text.push_str("requeue or discard a group: outbox requeue --group GROUP\n");
     text
 }
 

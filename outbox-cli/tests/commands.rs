@@ -530,6 +530,88 @@ async fn unmigrated<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `failures` groups failed tasks by kind and folded error, largest first;
+/// `requeue --group` and `discard --group` change a whole group, after a
+/// confirmation that says how many tasks it touches.
+async fn groups<B: TestBackend>(db: &B, url: &str) -> anyhow::Result<()> {
+    crate::support::fail_with(
+        db,
+        &[
+            "order 1 declined by 'acme'",
+            "timeout after 5s",
+            "order 22 declined by 'globex'",
+            "order 333 declined by 'initech'",
+            "timeout after 30s",
+        ],
+    )
+    .await?;
+    let listed = outbox(url, &["failures", "--json"]).expect(0).json();
+    let groups = listed["groups"].as_array().cloned().unwrap_or_default();
+    let summary: Vec<(String, u64)> = groups
+        .iter()
+        .map(|group| {
+            (
+                group["class"].as_str().unwrap_or_default().to_owned(),
+                group["count"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("order # declined by '…'".to_owned(), 3),
+            ("timeout after #".to_owned(), 2)
+        ],
+        "{listed}"
+    );
+    assert_eq!(groups[0]["example"], "order 333 declined by 'initech'");
+    let declined = groups[0]["group"].as_str().unwrap_or_default().to_owned();
+    let timeouts = groups[1]["group"].as_str().unwrap_or_default().to_owned();
+    let table = outbox(url, &["failures"]).expect(0);
+    assert!(table.stdout.contains(&declined), "{table:?}");
+    assert!(table.stdout.contains("order # declined by"), "{table:?}");
+
+    // Without a terminal and without --yes: nothing changes, and the
+    // question says how many tasks it would touch.
+    let declined_run = outbox(url, &["requeue", "--group", &declined]).expect(5);
+    assert!(
+        declined_run.stderr.contains(&format!(
+            "requeue 3 failed {KIND} task(s) of group {declined}"
+        )),
+        "{declined_run:?}"
+    );
+    assert_eq!(db.store().stats().await?.failed, 5);
+
+    let requeued = outbox(url, &["requeue", "--group", &declined, "--yes", "--json"])
+        .expect(0)
+        .json();
+    assert_eq!(requeued["requeued"], 3, "{requeued}");
+    let discarded = outbox(url, &["discard", "--group", &timeouts, "--yes"]).expect(0);
+    assert!(
+        discarded.stdout.contains("discarded 2 task(s)"),
+        "{discarded:?}"
+    );
+    let stats = db.store().stats().await?;
+    assert_eq!((stats.failed, stats.available, stats.discarded), (0, 3, 2));
+
+    let gone = outbox(url, &["requeue", "--group", &timeouts, "--yes"]).expect(3);
+    assert!(gone.stderr.contains("no failure group"), "{gone:?}");
+    outbox(
+        url,
+        &["requeue", "--group", &declined, "--status", "failed"],
+    )
+    .expect(2);
+    assert_eq!(
+        outbox(url, &["failures"]).expect(0).stdout,
+        "no failed tasks\n"
+    );
+    Ok(())
+}
+
+async fn groups_on_server<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    groups(db, db.url()).await
+}
+
 /// A row another program wrote whose headers are not a map of strings, failed
 /// by the claim: `list` still shows every failed task, the bad row marked
 /// unreadable with its reason, `show` says why it cannot be read, and
@@ -655,6 +737,15 @@ async fn sqlite_refuses_a_missing_file_and_hints_at_migrate() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_failure_groups_are_listed_and_changed_whole() {
+    let db = diesel_outbox_testkit::sqlite::SqliteTestDb::create("cli_sqlite_groups")
+        .await
+        .unwrap();
+    let url = format!("sqlite://{}", db.url());
+    groups(&db, &url).await.unwrap();
+}
+
 /// `--schema` on SQLite, which has no schemas: a usage error that says so,
 /// for reads and for `migrate --print` alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -708,6 +799,7 @@ each_backend! {
     bad_urls_and_values_exit_with_their_codes => bad_databases,
     unreadable_rows_are_listed_shown_and_discarded => unreadable_on_server,
     an_unmigrated_database_says_to_migrate => unmigrated,
+    failure_groups_are_listed_and_changed_whole => groups_on_server,
     a_table_prefix_picks_one_of_two_outboxes => prefixed,
     a_schema_picks_the_outbox_in_it => in_schema,
 }

@@ -108,6 +108,66 @@ async fn failed_task(db: &PgTestDb) -> TaskId {
     seed(db, vec![task], 1).await.unwrap()[0]
 }
 
+/// The id of the one failure group of `db`'s failed tasks whose class is
+/// `class`.
+async fn group_of(db: &PgTestDb, class: &str) -> String {
+    diesel_outbox_core::failure_groups(db.store(), &diesel_outbox_core::TaskFilter::new())
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|group| group.class == class)
+        .unwrap_or_else(|| panic!("no group {class:?}"))
+        .id
+}
+
+/// A failure group's discard: the front page lists the group, its link
+/// leads to a page that says how many tasks it touches, and only the POST
+/// with the page's token discards them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_group_is_discarded_after_its_confirmation() {
+    let db = PgTestDb::create("cli_dashboard_groups").await.unwrap();
+    let ids = crate::support::fail_with(&db, &["timeout after 5s", "timeout after 30s"])
+        .await
+        .unwrap();
+    let group = group_of(&db, "timeout after #").await;
+    let (_server, base) = serve(db.url());
+    let (status, page) = http(&base, "GET", "/", &[], "");
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(&format!("id=\"group-{group}\"")), "{page}");
+    assert!(
+        page.contains(&format!("href=\"/groups/{group}/discard\"")),
+        "{page}"
+    );
+
+    let path = format!("/groups/{group}/discard");
+    let (status, confirm) = http(&base, "GET", &path, &[], "");
+    assert_eq!(status, 200, "{confirm}");
+    assert!(
+        confirm.contains("discard <strong>2</strong> failed"),
+        "{confirm}"
+    );
+    assert!(confirm.contains("cannot be undone"), "{confirm}");
+    assert_eq!(
+        db.store().stats().await.unwrap().failed,
+        2,
+        "a GET changes nothing"
+    );
+
+    let (status, _) = http(&base, "POST", &path, &[FORM], "");
+    assert_eq!(status, 403, "no token");
+    let token = page_token(&base);
+    let (status, _) = http(&base, "POST", &path, &[FORM], &format!("csrf={token}"));
+    assert_eq!(status, 303);
+    for id in ids {
+        assert_eq!(db.store().get(id).await.unwrap().status, Status::Discarded);
+    }
+    let (status, gone) = http(&base, "GET", &path, &[], "");
+    assert_eq!(status, 404, "{gone}");
+    assert!(gone.contains("No failure group"), "{gone}");
+    let (status, _) = http(&base, "GET", &format!("/groups/{group}/explode"), &[], "");
+    assert_eq!(status, 404);
+}
+
 /// A POST without the page's token is refused, and so is one with the
 /// token from a foreign origin; the page's own form data goes through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -297,6 +357,10 @@ fn chromedriver() -> (Process, u16) {
 async fn the_dashboard_requeues_a_failed_task_in_a_browser() {
     let db = PgTestDb::create("cli_dashboard_browser").await.unwrap();
     let id = failed_task(&db).await;
+    let timeouts = crate::support::fail_with(&db, &["timeout after 5s", "timeout after 30s"])
+        .await
+        .unwrap();
+    let group = group_of(&db, "timeout after #").await;
     let (_server, base) = serve(db.url());
     let (_driver, port) = chromedriver();
 
@@ -350,6 +414,32 @@ async fn the_dashboard_requeues_a_failed_task_in_a_browser() {
         let path = target_dir().join("outbox-dashboard.png");
         std::fs::write(&path, png).unwrap();
         println!("screenshot: {}", path.display());
+
+        // A whole failure group, through its confirmation page.
+        client
+            .find(Locator::Id(&format!("group-discard-{group}")))
+            .await?
+            .click()
+            .await?;
+        let question = client.wait().for_element(Locator::Id("question")).await?;
+        assert_eq!(
+            question.text().await?,
+            format!("discard 2 failed {KIND} task(s) of group {group}?")
+        );
+        let png = client.screenshot().await?;
+        let path = target_dir().join("outbox-dashboard-group.png");
+        std::fs::write(&path, png).unwrap();
+        println!("screenshot: {}", path.display());
+        client
+            .find(Locator::Id("confirm-discard"))
+            .await?
+            .click()
+            .await?;
+        let notice = client.wait().for_element(Locator::Id("notice")).await?;
+        assert_eq!(
+            notice.text().await?,
+            format!("discarded 2 task(s) of group {group}")
+        );
         Ok::<_, fantoccini::error::CmdError>(())
     }
     .await;
@@ -357,6 +447,9 @@ async fn the_dashboard_requeues_a_failed_task_in_a_browser() {
     let _ = std::fs::remove_dir_all(&profile);
     result.unwrap();
     assert_eq!(db.store().get(id).await.unwrap().status, Status::Available);
+    for id in timeouts {
+        assert_eq!(db.store().get(id).await.unwrap().status, Status::Discarded);
+    }
 }
 
 /// A row another program wrote that cannot be read does not take the

@@ -5,7 +5,7 @@ use std::process::{Command, Output, Stdio};
 use diesel_outbox_core::TaskId;
 use diesel_outbox_testkit::{
     TestBackend,
-    conformance::support::{config, enqueue_committed, registry, worker},
+    conformance::support::{KIND, config, enqueue_committed, registry, worker},
     handler,
 };
 use serde_json::Value;
@@ -86,6 +86,35 @@ pub(crate) async fn fail<B: TestBackend>(db: &B, ids: &[TaskId]) -> anyhow::Resu
         anyhow::ensure!(worker.send(id).await.is_err(), "task {id} did not fail");
     }
     Ok(())
+}
+
+/// Enqueues one task per error of `errors`, committed, and fails each for
+/// good with that error as its last: tasks failing in several ways, for
+/// the failure groups.
+pub(crate) async fn fail_with<B: TestBackend>(
+    db: &B,
+    errors: &[&str],
+) -> anyhow::Result<Vec<TaskId>> {
+    let tasks = errors
+        .iter()
+        .map(|error| {
+            diesel_outbox_core::Task::json(KIND, 1, &serde_json::json!({ "error": error }))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let ids = enqueue_committed(db, tasks).await?;
+    let handler =
+        diesel_outbox_core::handler_fn(|delivery: diesel_outbox_core::Delivery| async move {
+            let payload: Value = delivery.json()?;
+            let error = payload["error"].as_str().unwrap_or_default().to_owned();
+            Err(diesel_outbox_core::HandlerError::permanent(
+                anyhow::anyhow!(error),
+            ))
+        });
+    let worker = worker(db, registry(handler)?, config("cli-test"))?;
+    for &id in &ids {
+        anyhow::ensure!(worker.send(id).await.is_err(), "task {id} did not fail");
+    }
+    Ok(ids)
 }
 
 /// Enqueues `tasks` committed, then fails the first `failed` of them.

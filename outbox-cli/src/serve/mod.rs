@@ -2,6 +2,7 @@
 //! failed tasks with their last errors, one task's detail, and requeue and
 //! discard buttons guarded against cross-site requests ([`guard`]).
 
+mod groups;
 mod guard;
 mod pages;
 
@@ -15,7 +16,7 @@ use axum::{
     response::{Html, IntoResponse, Redirect, Response},
     routing::{get, post},
 };
-use diesel_outbox_core::{Error, Listed, PageRequest, Status, TaskFilter, TaskId};
+use diesel_outbox_core::{Error, Listed, PageRequest, Status, TaskFilter, TaskId, failure_groups};
 
 use crate::{commands::OperatorStore, failure::Failure};
 
@@ -58,6 +59,10 @@ pub(crate) async fn run<S: OperatorStore>(
         .route("/", get(index::<S>))
         .route("/tasks/{id}", get(detail::<S>))
         .route("/tasks/{id}/{action}", post(act::<S>))
+        .route(
+            "/groups/{id}/{action}",
+            get(groups::confirm::<S>).post(groups::act::<S>),
+        )
         .with_state(app)
         .layer(middleware::from_fn_with_state(hosts, guard_hosts));
     let listener = tokio::net::TcpListener::bind(bind)
@@ -139,16 +144,22 @@ async fn index<S: OperatorStore>(
             .store
             .list(&TaskFilter::new(), &PageRequest::first(RECENT_ON_PAGE)?)
             .await?;
-        Ok::<_, Error>((stats, failed.rows(), recent.rows()))
+        let groups = failure_groups(&app.store, &TaskFilter::new()).await?;
+        Ok::<_, Error>((stats, groups, failed.rows(), recent.rows()))
     };
     let notice = ["requeued", "discarded"].into_iter().find_map(|done| {
+        if let Some(group) = query.get(&format!("{done}_group")) {
+            let count: u64 = query.get("count")?.parse().ok()?;
+            return Some(format!("{done} {count} task(s) of group {group}"));
+        }
         let id: i64 = query.get(done)?.parse().ok()?;
         Some(format!("{done} task {id}"))
     });
     match page.await {
-        Ok((stats, failed, recent)) => Html(pages::index(
+        Ok((stats, groups, failed, recent)) => Html(pages::index(
             &app.outbox,
             &stats,
+            &groups,
             &failed,
             &recent,
             notice.as_deref(),

@@ -2,7 +2,9 @@
 
 use std::fmt::Write as _;
 
-use diesel_outbox_core::{Listed, Record, Stats, Status, TaskId, UnreadableRow, transition};
+use diesel_outbox_core::{
+    FailureGroup, Listed, Record, Stats, Status, TaskId, UnreadableRow, transition,
+};
 
 use crate::render;
 
@@ -151,12 +153,76 @@ fn tasks_table(id: &str, rows: &[Listed], token: &str) -> String {
     html
 }
 
+/// Failure groups, largest first, each with links to the pages that
+/// confirm a requeue or a discard of the whole group.
+fn groups_table(groups: &[FailureGroup]) -> String {
+    if groups.is_empty() {
+        return "<p id=\"groups\">none</p>".to_owned();
+    }
+    let when = |at: Option<chrono::DateTime<chrono::Utc>>| {
+        at.map_or_else(|| "-".to_owned(), render::instant)
+    };
+    let mut html = String::from(
+        "<table id=\"groups\"><tr><th>group</th><th>kind</th><th>tasks</th>\
+         <th>first failed</th><th>last failed</th><th>error</th><th></th></tr>",
+    );
+    for group in groups {
+        let _ = write!(
+            html,
+            "<tr id=\"group-{id}\"><td><code>{id}</code></td><td>{kind}</td><td>{count}</td>\
+             <td>{first}</td><td>{last}</td><td class=\"error\">{class}</td>\
+             <td><a href=\"/groups/{id}/requeue\" id=\"group-requeue-{id}\">requeue all…</a> \
+             <a href=\"/groups/{id}/discard\" id=\"group-discard-{id}\">discard all…</a></td></tr>",
+            id = escape(&group.id),
+            kind = escape(&group.kind),
+            count = group.count(),
+            first = when(group.first_failed),
+            last = when(group.last_failed),
+            class = escape(&render::short_error(&group.class, 200)),
+        );
+    }
+    html.push_str("</table>");
+    html
+}
+
+/// The page that confirms `verb` (`requeue` or `discard`) of a whole
+/// failure group: how many tasks, of which kind, failing how, and the
+/// button that does it.
+pub(crate) fn group_confirm(group: &FailureGroup, verb: &str, token: &str) -> String {
+    let consequence = match verb {
+        "requeue" => {
+            "They become available at once and run again (at least once: a handler that delivered before failing delivers again)."
+        }
+        _ => {
+            "They are given up and never sent; their ordering keys move on. This cannot be undone."
+        }
+    };
+    let body = format!(
+        "<p id=\"question\">{verb} <strong>{count}</strong> failed <code>{kind}</code> task(s) of group \
+         <code>{id}</code>?</p><p>{consequence}</p>\
+         <table><tr><th>error</th><td class=\"error\">{class}</td></tr>\
+         <tr><th>latest</th><td class=\"error\">{example}</td></tr></table>\
+         <form method=\"post\" action=\"/groups/{id}/{verb}\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
+         <button type=\"submit\" id=\"confirm-{verb}\">{verb} {count} task(s)</button></form> \
+         <a href=\"/\" id=\"cancel\">cancel</a>",
+        count = group.count(),
+        kind = escape(&group.kind),
+        id = escape(&group.id),
+        class = escape(&group.class),
+        example = escape(&render::short_error(&group.example, 500)),
+        token = escape(token),
+    );
+    layout(&format!("{verb} a failure group"), &body)
+}
+
 /// The front page of the outbox whose tasks table is `outbox`: stats,
-/// failed tasks with their last errors, and the latest tasks whatever their
-/// status.
+/// failure groups, failed tasks with their last errors, and the latest
+/// tasks whatever their status.
 pub(crate) fn index(
     outbox: &str,
     stats: &Stats,
+    groups: &[FailureGroup],
     failed: &[Listed],
     recent: &[Listed],
     notice: Option<&str>,
@@ -175,6 +241,8 @@ pub(crate) fn index(
     }
     body.push_str("<h2>Stats</h2>");
     body.push_str(&stats_table(stats));
+    body.push_str("<h2>Failure groups</h2>");
+    body.push_str(&groups_table(groups));
     body.push_str("<h2>Failed tasks</h2>");
     if stats.failed > failed.len() as u64 {
         let _ = write!(
