@@ -104,7 +104,8 @@ pub(crate) enum Command {
     Purge(PurgeArgs),
     /// Print the stats every second until interrupted.
     Watch(WatchArgs),
-    /// Serve the dashboard (stats, failed tasks, requeue and discard).
+    /// Serve the dashboard (stats, failure groups, failed tasks, requeue and
+    /// discard).
     Serve(ServeArgs),
 }
 
@@ -272,7 +273,8 @@ pub(crate) struct WatchArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
     /// The address to listen on. Loopback by default: put the operator's
-    /// authenticating proxy in front before binding anything else.
+    /// authenticating proxy in front, or give `--auth-file`, before binding
+    /// anything else.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub(crate) bind: SocketAddr,
     /// A host name (without port) requests may address besides loopback
@@ -280,6 +282,20 @@ pub(crate) struct ServeArgs {
     /// for any other `Host` are refused.
     #[arg(long = "allow-host")]
     pub(crate) allow_hosts: Vec<String>,
+    /// A name for the outbox the pages show in their title and header
+    /// (`orders-prod`), so an operator with several open knows which one
+    /// this is.
+    #[arg(long)]
+    pub(crate) name: Option<String>,
+    /// How often the front page reloads itself (`15s`, `1m`); `0s` never.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub(crate) refresh: std::time::Duration,
+    /// A file holding `USER:PASSWORD` on its first line: every request
+    /// must then carry them (HTTP basic authentication, which browsers ask
+    /// for). For a dashboard that must listen beyond loopback; keep the
+    /// file readable by the dashboard's user only.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) auth_file: Option<std::path::PathBuf>,
 }
 
 fn parse_status(text: &str) -> Result<Status, String> {

@@ -159,27 +159,30 @@ impl Backend {
         command: Command,
         out: Output,
     ) -> Result<(), Failure> {
-        // The tasks table the dashboard names.
-        let outbox = names.display_table("outbox_tasks");
+        // The outbox the dashboard names.
+        let outbox = commands::Shown {
+            table: names.display_table("outbox_tasks"),
+            database: diesel_outbox_sql::target_of(url),
+        };
         match self.0 {
             #[cfg(feature = "postgres")]
             BackendKind::Postgres => {
                 let store =
                     diesel_outbox_postgres::PgStore::connect(url, POOL_SIZE)?.with_names(names)?;
-                commands::run(store, &outbox, command, out).await
+                commands::run(store, outbox, command, out).await
             }
             #[cfg(feature = "mysql")]
             BackendKind::Mysql => {
                 let store =
                     diesel_outbox_mysql::MysqlStore::connect(url, POOL_SIZE)?.with_names(names)?;
-                commands::run(store, &outbox, command, out).await
+                commands::run(store, outbox, command, out).await
             }
             #[cfg(feature = "sqlite")]
             BackendKind::Sqlite => {
                 sqlite_file_exists(url)?;
                 let store = diesel_outbox_sqlite::SqliteStore::connect(url, POOL_SIZE)?
                     .with_names(names)?;
-                commands::run(store, &outbox, command, out).await
+                commands::run(store, outbox, command, out).await
             }
             #[allow(unreachable_patterns)]
             _ => {

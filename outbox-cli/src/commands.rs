@@ -40,11 +40,20 @@ impl Output {
     }
 }
 
-/// Runs `command` (any but `migrate`) on `store`, whose tasks table is
-/// `outbox` (the dashboard names it).
+/// Which outbox the commands work on, as the dashboard names it.
+#[derive(Debug, Clone)]
+pub(crate) struct Shown {
+    /// The tasks table, with its schema when there is one.
+    pub(crate) table: String,
+    /// The database: host and port and database name, or a SQLite file;
+    /// never credentials.
+    pub(crate) database: Option<String>,
+}
+
+/// Runs `command` (any but `migrate`) on `store`, the outbox `shown`.
 pub(crate) async fn run<S: OperatorStore>(
     store: S,
-    outbox: &str,
+    shown: Shown,
     command: Command,
     out: Output,
 ) -> Result<(), Failure> {
@@ -57,7 +66,7 @@ pub(crate) async fn run<S: OperatorStore>(
         Command::Discard(args) => change(&store, &args, Change::Discard, out).await,
         Command::Purge(args) => purge(&store, &args, out).await,
         Command::Watch(args) => watch(&store, &args, out).await,
-        Command::Serve(args) => serve::run(store, outbox, args.bind, &args.allow_hosts).await,
+        Command::Serve(args) => serve::run(store, shown, &args).await,
         Command::Migrate(_) => Err(Failure::Usage("migrate runs without a store".to_owned())),
     }
 }

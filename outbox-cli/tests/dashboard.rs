@@ -15,7 +15,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use crate::support::{INJECTED, OUTBOX, seed};
 
 /// A child process that is killed, by its pid, when dropped.
-struct Process(Child);
+pub(crate) struct Process(pub(crate) Child);
 
 impl Drop for Process {
     fn drop(&mut self) {
@@ -39,12 +39,12 @@ fn line_with(stdout: ChildStdout, marker: &str) -> String {
 }
 
 /// `outbox serve` on a free loopback port; returns it and its base URL.
-fn serve(database_url: &str) -> (Process, String) {
+pub(crate) fn serve(database_url: &str) -> (Process, String) {
     serve_with(database_url, &[])
 }
 
 /// [`serve`] with more options.
-fn serve_with(database_url: &str, options: &[&str]) -> (Process, String) {
+pub(crate) fn serve_with(database_url: &str, options: &[&str]) -> (Process, String) {
     let mut child = Command::new(OUTBOX)
         .args(["serve", "--bind", "127.0.0.1:0"])
         .args(options)
@@ -62,7 +62,7 @@ fn serve_with(database_url: &str, options: &[&str]) -> (Process, String) {
 
 /// Sends a raw HTTP/1.1 request to the dashboard; returns the status code
 /// and the body.
-fn http(
+pub(crate) fn http(
     base: &str,
     method: &str,
     path: &str,
@@ -93,24 +93,24 @@ fn http(
     (status, response)
 }
 
-const FORM: (&str, &str) = ("Content-Type", "application/x-www-form-urlencoded");
+pub(crate) const FORM: (&str, &str) = ("Content-Type", "application/x-www-form-urlencoded");
 
 /// The token the front page's forms carry.
-fn page_token(base: &str) -> String {
+pub(crate) fn page_token(base: &str) -> String {
     let (status, page) = http(base, "GET", "/", &[], "");
     assert_eq!(status, 200, "{page}");
     let start = page.find("name=\"csrf\" value=\"").unwrap() + "name=\"csrf\" value=\"".len();
     page[start..start + 64].to_owned()
 }
 
-async fn failed_task(db: &PgTestDb) -> TaskId {
+pub(crate) async fn failed_task(db: &PgTestDb) -> TaskId {
     let task = Task::new(KIND, 1, r#"{"order":42}"#);
     seed(db, vec![task], 1).await.unwrap()[0]
 }
 
 /// The id of the one failure group of `db`'s failed tasks whose class is
 /// `class`.
-async fn group_of(db: &PgTestDb, class: &str) -> String {
+pub(crate) async fn group_of(db: &PgTestDb, class: &str) -> String {
     diesel_outbox_core::failure_groups(db.store(), &diesel_outbox_core::TaskFilter::new())
         .await
         .unwrap()

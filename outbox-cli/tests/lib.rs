@@ -10,4 +10,5 @@
 mod bulk;
 mod commands;
 mod dashboard;
+mod incident;
 mod support;

@@ -60,9 +60,13 @@ pub(super) async fn confirm<S: OperatorStore>(
         return not_found("no such action");
     };
     match find(&app, &id).await {
-        Ok(Some(group)) => {
-            Html(pages::group_confirm(&group, verb, app.token.value())).into_response()
-        }
+        Ok(Some(group)) => Html(pages::group_confirm(
+            &app.frame(),
+            &group,
+            verb,
+            app.token.value(),
+        ))
+        .into_response(),
         Ok(None) => gone(&id),
         Err(error) => failed(&error),
     }

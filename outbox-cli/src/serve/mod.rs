@@ -1,24 +1,33 @@
 //! `outbox serve`: a small dashboard over the maintenance API: the stats,
-//! failed tasks with their last errors, one task's detail, and requeue and
-//! discard buttons guarded against cross-site requests ([`guard`]).
+//! failure groups, failed tasks with their last errors, one task's detail,
+//! and requeue and discard actions guarded against cross-site requests
+//! ([`guard`]), optionally behind a password ([`auth`]).
 
+mod auth;
 mod groups;
 mod guard;
 mod pages;
 
-use std::{collections::HashMap, net::SocketAddr, sync::Arc};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use axum::{
     Router,
-    extract::{Form, Path, Query, Request, State, rejection::FormRejection},
+    extract::{
+        Form, Path, Query, Request, State,
+        rejection::{FormRejection, PathRejection},
+    },
     http::{HeaderMap, HeaderValue, StatusCode, header},
     middleware::{self, Next},
     response::{Html, IntoResponse, Redirect, Response},
-    routing::{get, post},
+    routing::get,
 };
 use diesel_outbox_core::{Error, Listed, PageRequest, Status, TaskFilter, TaskId, failure_groups};
 
-use crate::{commands::OperatorStore, failure::Failure};
+use crate::{
+    args::ServeArgs,
+    commands::{OperatorStore, Shown},
+    failure::Failure,
+};
 
 use guard::{CsrfToken, Hosts};
 
@@ -26,9 +35,26 @@ use guard::{CsrfToken, Hosts};
 #[derive(Debug)]
 struct App<S> {
     store: S,
-    /// The tasks table of the outbox shown.
-    outbox: String,
+    /// The outbox shown.
+    shown: Shown,
+    /// The name the operator gave it.
+    name: Option<String>,
+    /// How often the front page reloads itself.
+    refresh: Option<Duration>,
     token: CsrfToken,
+}
+
+impl<S> App<S> {
+    /// The header of a page read now.
+    fn frame(&self) -> pages::Frame<'_> {
+        pages::Frame {
+            name: self.name.as_deref(),
+            table: &self.shown.table,
+            database: self.shown.database.as_deref(),
+            as_of: chrono::Utc::now(),
+            refresh: self.refresh,
+        }
+    }
 }
 
 type Shared<S> = Arc<App<S>>;
@@ -38,33 +64,50 @@ const FAILED_ON_PAGE: u32 = 50;
 /// Latest tasks on the front page.
 const RECENT_ON_PAGE: u32 = 20;
 
-/// Serves the dashboard on `bind` until interrupted; `allow_hosts` are host
-/// names besides loopback that requests may address (a proxy's name).
+/// Serves the dashboard as `args` say until interrupted.
 pub(crate) async fn run<S: OperatorStore>(
     store: S,
-    outbox: &str,
-    bind: SocketAddr,
-    allow_hosts: &[String],
+    shown: Shown,
+    args: &ServeArgs,
 ) -> Result<(), Failure> {
+    let bind = args.bind;
+    let credentials = match &args.auth_file {
+        Some(path) => Some(Arc::new(auth::Credentials::read(path)?)),
+        None => None,
+    };
     // A dashboard over a database it cannot read would serve only errors:
     // refuse to start, with the reason, so the operator sees it at once.
     store.stats().await?;
     let app = Arc::new(App {
         store,
-        outbox: outbox.to_owned(),
+        shown,
+        name: args.name.clone(),
+        refresh: Some(args.refresh).filter(|every| !every.is_zero()),
         token: CsrfToken::generate()?,
     });
-    let hosts = Arc::new(Hosts::new(allow_hosts));
+    let hosts = Arc::new(Hosts::new(&args.allow_hosts));
     let router = Router::new()
         .route("/", get(index::<S>))
         .route("/tasks/{id}", get(detail::<S>))
-        .route("/tasks/{id}/{action}", post(act::<S>))
+        .route("/tasks/{id}/{action}", get(confirm::<S>).post(act::<S>))
         .route(
             "/groups/{id}/{action}",
             get(groups::confirm::<S>).post(groups::act::<S>),
         )
+        .fallback(no_such_page)
+        .method_not_allowed_fallback(no_such_method)
         .with_state(app)
+        .layer(middleware::from_fn_with_state(
+            credentials.clone(),
+            auth::require,
+        ))
         .layer(middleware::from_fn_with_state(hosts, guard_hosts));
+    if credentials.is_none() && !bind.ip().is_loopback() {
+        eprintln!(
+            "outbox: warning: serving on {bind}, beyond loopback, without --auth-file: \
+             anyone who reaches it can requeue and discard"
+        );
+    }
     let listener = tokio::net::TcpListener::bind(bind)
         .await
         .map_err(|error| Failure::Error(anyhow::anyhow!("cannot listen on {bind}: {error}")))?;
@@ -157,7 +200,7 @@ async fn index<S: OperatorStore>(
     });
     match page.await {
         Ok((stats, groups, failed, recent)) => Html(pages::index(
-            &app.outbox,
+            &app.frame(),
             &stats,
             &groups,
             &failed,
@@ -170,19 +213,116 @@ async fn index<S: OperatorStore>(
     }
 }
 
-async fn detail<S: OperatorStore>(State(app): State<Shared<S>>, Path(id): Path<i64>) -> Response {
-    match app.store.inspect(TaskId::new(id)).await {
-        Ok(Listed::Task(record)) => Html(pages::detail(&record, app.token.value())).into_response(),
-        Ok(Listed::Unreadable(row)) => {
-            Html(pages::unreadable(&row, app.token.value())).into_response()
+/// The 400 page for a path whose task id is not a number.
+fn not_a_task_id(rejection: &PathRejection) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Html(pages::problem(
+            "bad request",
+            &format!("not a task id: {}", rejection.body_text()),
+        )),
+    )
+        .into_response()
+}
+
+async fn no_such_page() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Html(pages::problem("not found", "no such page")),
+    )
+        .into_response()
+}
+
+async fn no_such_method() -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        Html(pages::problem(
+            "method not allowed",
+            "this page does not take that method",
+        )),
+    )
+        .into_response()
+}
+
+async fn detail<S: OperatorStore>(
+    State(app): State<Shared<S>>,
+    path: Result<Path<i64>, PathRejection>,
+) -> Response {
+    let id = match path {
+        Ok(Path(id)) => TaskId::new(id),
+        Err(rejection) => return not_a_task_id(&rejection),
+    };
+    match app.store.inspect(id).await {
+        Ok(Listed::Task(record)) => {
+            let head = match blocked_by(&app.store, &record).await {
+                Ok(head) => head,
+                Err(error) => return failed(&error),
+            };
+            Html(pages::detail(
+                &app.frame(),
+                &record,
+                head,
+                app.token.value(),
+            ))
+            .into_response()
         }
+        Ok(Listed::Unreadable(row)) => Html(pages::unreadable(&app.frame(), &row)).into_response(),
+        Err(error) => failed(&error),
+    }
+}
+
+/// For a blocked task, the oldest unfinished task of its ordering key,
+/// which it waits behind: one read per status a head can have, the lowest
+/// id of them.
+async fn blocked_by<S: OperatorStore>(
+    store: &S,
+    record: &diesel_outbox_core::Record,
+) -> Result<Option<(TaskId, Status)>, Error> {
+    let (Status::Blocked, Some(key)) = (record.status, &record.task.ordering_key) else {
+        return Ok(None);
+    };
+    let first = PageRequest::first(1)?.order(diesel_outbox_core::Order::OldestFirst);
+    let mut head: Option<(TaskId, Status)> = None;
+    for status in [
+        Status::Failed,
+        Status::Running,
+        Status::Available,
+        Status::Waiting,
+    ] {
+        let filter = TaskFilter::new().ordering_key(key.clone()).status(status);
+        if let Some(row) = store.list(&filter, &first).await?.rows().first()
+            && head.is_none_or(|(id, _)| row.id() < id)
+        {
+            head = Some((row.id(), status));
+        }
+    }
+    Ok(head.filter(|(id, _)| *id < record.id))
+}
+
+/// GET `/tasks/{id}/discard`: the page that confirms the discard.
+async fn confirm<S: OperatorStore>(
+    State(app): State<Shared<S>>,
+    path: Result<Path<(i64, String)>, PathRejection>,
+) -> Response {
+    let id = match path {
+        Ok(Path((id, action))) if action == "discard" => TaskId::new(id),
+        Ok(_) => return no_such_page().await,
+        Err(rejection) => return not_a_task_id(&rejection),
+    };
+    match app.store.inspect(id).await {
+        Ok(listed) => Html(pages::discard_confirm(
+            &app.frame(),
+            &listed,
+            app.token.value(),
+        ))
+        .into_response(),
         Err(error) => failed(&error),
     }
 }
 
 async fn act<S: OperatorStore>(
     State(app): State<Shared<S>>,
-    Path((id, action)): Path<(i64, String)>,
+    path: Result<Path<(i64, String)>, PathRejection>,
     headers: HeaderMap,
     form: Result<Form<HashMap<String, String>>, FormRejection>,
 ) -> Response {
@@ -194,7 +334,10 @@ async fn act<S: OperatorStore>(
     if let Some(reason) = guard::refuse_post(&headers, &app.token, sent) {
         return refused(reason);
     }
-    let id = TaskId::new(id);
+    let (id, action) = match path {
+        Ok(Path((id, action))) => (TaskId::new(id), action),
+        Err(rejection) => return not_a_task_id(&rejection),
+    };
     let done = match action.as_str() {
         "requeue" => app.store.requeue(id).await.map(|()| "requeued"),
         "discard" => app.store.discard(id).await.map(|()| "discarded"),

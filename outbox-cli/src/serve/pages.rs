@@ -38,12 +38,73 @@ form{display:inline}
 
 /// A whole page around `body`.
 pub(crate) fn layout(title: &str, body: &str) -> String {
+    document(title, "", body)
+}
+
+fn document(title: &str, head: &str, body: &str) -> String {
     format!(
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{head}\
          <title>{title} · outbox</title><style>{STYLE}</style></head>\
          <body><h1><a href=\"/\">outbox</a> · {title}</h1>\n{body}</body></html>\n",
         title = escape(title)
     )
+}
+
+/// Which outbox a page shows, and as of when: the header of every page
+/// but the error pages.
+#[derive(Debug)]
+pub(crate) struct Frame<'a> {
+    /// The name the operator gave the outbox (`--name`).
+    pub(crate) name: Option<&'a str>,
+    /// The tasks table.
+    pub(crate) table: &'a str,
+    /// The database, without credentials.
+    pub(crate) database: Option<&'a str>,
+    /// When the page was read.
+    pub(crate) as_of: chrono::DateTime<chrono::Utc>,
+    /// How often the front page reloads itself; `None`: never.
+    pub(crate) refresh: Option<std::time::Duration>,
+}
+
+impl Frame<'_> {
+    /// The page: its title starting with the outbox's name, its header
+    /// saying which outbox and database, as of when; `reload` makes it
+    /// reload itself from `/` (the front page only: a confirmation page
+    /// must stay as the operator left it).
+    fn page(&self, title: &str, body: &str, reload: bool) -> String {
+        let title = match self.name {
+            Some(name) => format!("{name} · {title}"),
+            None => title.to_owned(),
+        };
+        let mut header = String::from("<p id=\"outbox\">");
+        if let Some(name) = self.name {
+            let _ = write!(header, "<strong id=\"name\">{}</strong> · ", escape(name));
+        }
+        let _ = write!(header, "the tasks in <code>{}</code>", escape(self.table));
+        if let Some(database) = self.database {
+            let _ = write!(
+                header,
+                " on <code id=\"database\">{}</code>",
+                escape(database)
+            );
+        }
+        let _ = write!(
+            header,
+            " · as of <span id=\"as-of\">{}</span>",
+            self.as_of.format("%Y-%m-%d %H:%M:%S UTC")
+        );
+        let mut head = String::new();
+        if let Some(every) = self.refresh.filter(|_| reload) {
+            let seconds = every.as_secs().max(1);
+            let _ = write!(header, " · reloads every {seconds} s");
+            let _ = write!(
+                head,
+                "<meta http-equiv=\"refresh\" content=\"{seconds}; url=/\">"
+            );
+        }
+        header.push_str("</p>");
+        document(&title, &head, &format!("{header}{body}"))
+    }
 }
 
 /// A button that POSTs `action` for task `id`, with the CSRF token; its
@@ -57,7 +118,14 @@ fn button(id: TaskId, action: &str, place: &str, token: &str) -> String {
     )
 }
 
-/// The buttons a task's status allows.
+/// The link to the page that confirms task `id`'s discard (a discard
+/// cannot be undone); its element id is `{place}-discard-{id}`.
+fn discard_link(id: TaskId, place: &str) -> String {
+    format!("<a href=\"/tasks/{id}/discard\" id=\"{place}-discard-{id}\">discard…</a>")
+}
+
+/// The actions a task's status allows: requeue at once, discard after a
+/// confirmation.
 fn buttons(id: TaskId, status: Status, place: &str, token: &str) -> String {
     let mut html = String::new();
     if transition::requeueable(status) {
@@ -65,19 +133,19 @@ fn buttons(id: TaskId, status: Status, place: &str, token: &str) -> String {
         html.push(' ');
     }
     if transition::discardable(status) {
-        html.push_str(&button(id, "discard", place, token));
+        html.push_str(&discard_link(id, place));
     }
     html
 }
 
 /// The buttons for a row that cannot be read as a task: discard, when its
 /// stored status allows it.
-fn unreadable_buttons(row: &UnreadableRow, place: &str, token: &str) -> String {
+fn unreadable_buttons(row: &UnreadableRow, place: &str) -> String {
     row.status
         .parse::<Status>()
         .map(|status| {
             if transition::discardable(status) {
-                button(row.id, "discard", place, token)
+                discard_link(row.id, place)
             } else {
                 String::new()
             }
@@ -129,7 +197,7 @@ fn tasks_table(id: &str, rows: &[Listed], token: &str) -> String {
                         &format!("{}: {}", row.field, row.reason),
                         200
                     )),
-                    buttons = unreadable_buttons(row, id, token),
+                    buttons = unreadable_buttons(row, id),
                 );
                 continue;
             }
@@ -188,7 +256,12 @@ fn groups_table(groups: &[FailureGroup]) -> String {
 /// The page that confirms `verb` (`requeue` or `discard`) of a whole
 /// failure group: how many tasks, of which kind, failing how, and the
 /// button that does it.
-pub(crate) fn group_confirm(group: &FailureGroup, verb: &str, token: &str) -> String {
+pub(crate) fn group_confirm(
+    frame: &Frame<'_>,
+    group: &FailureGroup,
+    verb: &str,
+    token: &str,
+) -> String {
     let consequence = match verb {
         "requeue" => {
             "They become available at once and run again (at least once: a handler that delivered before failing delivers again)."
@@ -213,14 +286,14 @@ pub(crate) fn group_confirm(group: &FailureGroup, verb: &str, token: &str) -> St
         example = escape(&render::short_error(&group.example, 500)),
         token = escape(token),
     );
-    layout(&format!("{verb} a failure group"), &body)
+    frame.page(&format!("{verb} a failure group"), &body, false)
 }
 
 /// The front page of the outbox whose tasks table is `outbox`: stats,
 /// failure groups, failed tasks with their last errors, and the latest
 /// tasks whatever their status.
 pub(crate) fn index(
-    outbox: &str,
+    frame: &Frame<'_>,
     stats: &Stats,
     groups: &[FailureGroup],
     failed: &[Listed],
@@ -228,10 +301,7 @@ pub(crate) fn index(
     notice: Option<&str>,
     token: &str,
 ) -> String {
-    let mut body = format!(
-        "<p id=\"outbox\">Outbox: the tasks in <code>{}</code></p>",
-        escape(outbox)
-    );
+    let mut body = String::new();
     if let Some(notice) = notice {
         let _ = write!(
             body,
@@ -255,12 +325,28 @@ pub(crate) fn index(
     body.push_str(&tasks_table("failed", failed, token));
     body.push_str("<h2>Latest tasks</h2>");
     body.push_str(&tasks_table("recent", recent, token));
-    layout("dashboard", &body)
+    frame.page("dashboard", &body, true)
 }
 
-/// One task: every field, headers, last error, payload and its buttons.
-pub(crate) fn detail(record: &Record, token: &str) -> String {
-    let mut body = String::from("<table id=\"task\">");
+/// One task: every field, headers, last error, payload and its buttons;
+/// for a blocked task, the task of its ordering key it waits behind
+/// (`head`: its id and status).
+pub(crate) fn detail(
+    frame: &Frame<'_>,
+    record: &Record,
+    head: Option<(TaskId, Status)>,
+    token: &str,
+) -> String {
+    let mut body = String::new();
+    if let Some((head, status)) = head {
+        let _ = write!(
+            body,
+            "<p id=\"blocked-by\" class=\"notice\">Waits behind task <a href=\"/tasks/{head}\">{head}</a> \
+             ({status}), the oldest unfinished task of its ordering key: nothing of the key is sent \
+             before that one succeeds or is discarded.</p>"
+        );
+    }
+    body.push_str("<table id=\"task\">");
     for (label, value) in render::detail_fields(record) {
         let _ = write!(body, "<tr><th>{label}</th><td>{}</td></tr>", escape(&value));
     }
@@ -291,12 +377,36 @@ pub(crate) fn detail(record: &Record, token: &str) -> String {
         escape(&render::payload_text(record)),
         buttons(record.id, record.status, "task", token)
     );
-    layout(&format!("task {}", record.id), &body)
+    frame.page(&format!("task {}", record.id), &body, false)
+}
+
+/// The page that confirms task `id`'s discard: what it is, what a discard
+/// does, and the button that does it.
+pub(crate) fn discard_confirm(frame: &Frame<'_>, listed: &Listed, token: &str) -> String {
+    let id = listed.id();
+    let what = match listed {
+        Listed::Task(record) => format!(
+            "<code>{}</code> task {id}, {}, last error: <span class=\"error\">{}</span>",
+            escape(&record.task.kind),
+            record.status,
+            escape(&render::short_error(&record.last_error, 300)),
+        ),
+        Listed::Unreadable(row) => {
+            format!("the unreadable row {id}, stored as {}", escape(&row.status))
+        }
+    };
+    let body = format!(
+        "<p id=\"question\">Discard {what}?</p>\
+         <p>It is given up and never sent; its ordering key moves on. This cannot be undone.</p>\
+         {button} <a href=\"/tasks/{id}\" id=\"cancel\">cancel</a>",
+        button = button(id, "discard", "confirm", token),
+    );
+    frame.page(&format!("discard task {id}"), &body, false)
 }
 
 /// A row that cannot be read as a task: its id, stored status, why, and
 /// the discard button when its status allows it.
-pub(crate) fn unreadable(row: &UnreadableRow, token: &str) -> String {
+pub(crate) fn unreadable(frame: &Frame<'_>, row: &UnreadableRow) -> String {
     let body = format!(
         "<table id=\"task\"><tr><th>id</th><td>{id}</td></tr>\
          <tr><th>status</th><td>{status}</td></tr>\
@@ -306,9 +416,9 @@ pub(crate) fn unreadable(row: &UnreadableRow, token: &str) -> String {
         status = escape(&row.status),
         field = escape(row.field),
         reason = escape(&row.reason),
-        buttons = unreadable_buttons(row, "task", token),
+        buttons = unreadable_buttons(row, "task"),
     );
-    layout(&format!("task {}", row.id), &body)
+    frame.page(&format!("task {}", row.id), &body, false)
 }
 
 /// A page for a refused or failed request.
