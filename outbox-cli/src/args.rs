@@ -89,6 +89,10 @@ pub(crate) enum Command {
         /// The task's id.
         id: i64,
     },
+    /// The relays heard of in the last day: live ones, and those whose
+    /// heartbeats stopped (died, or hung), with when each last claimed and
+    /// wrote.
+    Relays,
     /// Failed tasks grouped by kind and error (ids, numbers and quoted
     /// values folded), largest group first, with a group id for `requeue
     /// --group` and `discard --group`.

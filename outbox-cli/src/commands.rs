@@ -62,6 +62,7 @@ pub(crate) async fn run<S: OperatorStore>(
         Command::List(args) => list(&store, &args, out).await,
         Command::Show { id } => show(&store, TaskId::new(id), out).await,
         Command::Failures(args) => failures(&store, &args, out).await,
+        Command::Relays => relays(&store, out).await,
         Command::Requeue(args) => change(&store, &args, Change::Requeue, out).await,
         Command::Discard(args) => change(&store, &args, Change::Discard, out).await,
         Command::Purge(args) => purge(&store, &args, out).await,
@@ -171,6 +172,15 @@ async fn change<S: OperatorStore>(
         out.json(&json!({ change.done(): changed }))
     } else {
         out.print(&format!("{} {changed} task(s)\n", change.done()))
+    }
+}
+
+async fn relays<S: OperatorStore>(store: &S, out: Output) -> Result<(), Failure> {
+    let relays = store.relays().await?;
+    if out.json {
+        out.json(&render::relays_json(&relays))
+    } else {
+        out.print(&render::relays_table(&relays))
     }
 }
 

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use diesel_outbox_core::{FailureGroup, Listed, Page, Record, Stats, UnreadableRow};
+use diesel_outbox_core::{FailureGroup, Listed, Page, Record, RelaySeen, Stats, UnreadableRow};
 use serde_json::{Value, json};
 
 /// An instant as RFC 3339 UTC with microseconds.
@@ -33,6 +33,7 @@ pub(crate) fn stats_json(stats: &Stats) -> Value {
         object.insert(status.as_str().to_owned(), json!(count));
     }
     object.insert("backlog".to_owned(), json!(stats.backlog()));
+    object.insert("live_relays".to_owned(), json!(stats.live_relays));
     for (name, age) in [
         ("oldest_due_age_seconds", stats.oldest_due_age),
         ("oldest_running_age_seconds", stats.oldest_running_age),
@@ -45,6 +46,71 @@ pub(crate) fn stats_json(stats: &Stats) -> Value {
     Value::Object(object)
 }
 
+/// `relays` for scripts: `{"relays": [relay]}`, a relay being `{"owner",
+/// "host", "pid", "version", "live", "started_seconds_ago",
+/// "beat_seconds_ago", "claim_seconds_ago", "write_seconds_ago"}` (the last
+/// two null for never).
+pub(crate) fn relays_json(relays: &[RelaySeen]) -> Value {
+    let seconds = |age: Option<std::time::Duration>| age.map(|age| age.as_secs_f64());
+    let relays: Vec<Value> = relays
+        .iter()
+        .map(|relay| {
+            json!({
+                "owner": relay.owner,
+                "host": relay.host,
+                "pid": relay.pid,
+                "version": relay.version,
+                "live": relay.live,
+                "started_seconds_ago": relay.started.as_secs_f64(),
+                "beat_seconds_ago": relay.since_beat.as_secs_f64(),
+                "claim_seconds_ago": seconds(relay.since_claim),
+                "write_seconds_ago": seconds(relay.since_write),
+            })
+        })
+        .collect();
+    json!({ "relays": relays })
+}
+
+/// `relays` for people: one row each, ages as `12.5s`.
+pub(crate) fn relays_table(relays: &[RelaySeen]) -> String {
+    if relays.is_empty() {
+        return "no relay heard of in the last day\n".to_owned();
+    }
+    let rows: Vec<[String; 8]> = relays.iter().map(relay_cells).collect();
+    table(
+        &[
+            "OWNER",
+            "STATE",
+            "HOST",
+            "PID",
+            "UP",
+            "LAST BEAT",
+            "LAST CLAIM",
+            "LAST WRITE",
+        ],
+        &rows,
+    )
+}
+
+/// A relay's cells, as the table and the dashboard show them: its state is
+/// `live`, or `silent` once its heartbeats stopped counting.
+pub(crate) fn relay_cells(relay: &RelaySeen) -> [String; 8] {
+    let ago = |at: Option<std::time::Duration>| match at {
+        Some(at) => format!("{} ago", age(Some(at))),
+        None => "never".to_owned(),
+    };
+    [
+        relay.owner.clone(),
+        if relay.live { "live" } else { "silent" }.to_owned(),
+        relay.host.clone(),
+        relay.pid.to_string(),
+        age(Some(relay.started)),
+        ago(Some(relay.since_beat)),
+        ago(relay.since_claim),
+        ago(relay.since_write),
+    ]
+}
+
 /// The stats as a two-column table.
 pub(crate) fn stats_table(stats: &Stats) -> String {
     let mut rows: Vec<[String; 2]> = stats
@@ -55,6 +121,7 @@ pub(crate) fn stats_table(stats: &Stats) -> String {
     rows.push(["backlog".to_owned(), stats.backlog().to_string()]);
     rows.push(["oldest due".to_owned(), age(stats.oldest_due_age)]);
     rows.push(["oldest running".to_owned(), age(stats.oldest_running_age)]);
+    rows.push(["live relays".to_owned(), stats.live_relays.to_string()]);
     table(&["STATUS", "TASKS"], &rows)
 }
 

@@ -608,6 +608,56 @@ async fn groups<B: TestBackend>(db: &B, url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `relays`: every relay heard of in the last day, live or silent, with
+/// its ages; `stats` counts the live ones.
+async fn relays<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let url = db.url();
+    let none = outbox(url, &["relays"]).expect(0);
+    assert_eq!(none.stdout, "no relay heard of in the last day\n");
+    let mut beat =
+        diesel_outbox_core::Heartbeat::new("relay-7", std::time::Duration::from_secs(90));
+    beat.since_claim = Some(std::time::Duration::from_secs(1));
+    db.store().beat(&beat).await?;
+    let mut silent = diesel_outbox_core::Heartbeat::new("relay-8", std::time::Duration::ZERO);
+    silent.ttl = std::time::Duration::ZERO;
+    db.store().beat(&silent).await?;
+
+    let listed = outbox(url, &["relays", "--json"]).expect(0).json();
+    let relays = listed["relays"].as_array().cloned().unwrap_or_default();
+    assert_eq!(relays.len(), 2, "{listed}");
+    assert_eq!(relays[0]["owner"], "relay-7");
+    assert_eq!(relays[0]["live"], true);
+    assert_eq!(relays[0]["pid"], i64::from(beat.pid));
+    assert!(relays[0]["write_seconds_ago"].is_null(), "{listed}");
+    assert!(
+        relays[0]["claim_seconds_ago"]
+            .as_f64()
+            .is_some_and(|s| s < 3.0),
+        "{listed}"
+    );
+    assert_eq!(relays[1]["live"], false);
+    let table = outbox(url, &["relays"]).expect(0).stdout;
+    let line = table
+        .lines()
+        .find(|line| line.starts_with("relay-7"))
+        .unwrap_or_default();
+    assert!(
+        line.contains(" live ") && line.ends_with("never"),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|line| line.starts_with("relay-8") && line.contains(" silent ")),
+        "{table}"
+    );
+    assert_eq!(
+        outbox(url, &["stats", "--json"]).expect(0).json()["live_relays"],
+        1
+    );
+    Ok(())
+}
+
 async fn groups_on_server<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     groups(db, db.url()).await
 }
@@ -800,6 +850,7 @@ each_backend! {
     unreadable_rows_are_listed_shown_and_discarded => unreadable_on_server,
     an_unmigrated_database_says_to_migrate => unmigrated,
     failure_groups_are_listed_and_changed_whole => groups_on_server,
+    relays_lists_live_and_silent_relays => relays,
     a_table_prefix_picks_one_of_two_outboxes => prefixed,
     a_schema_picks_the_outbox_in_it => in_schema,
 }

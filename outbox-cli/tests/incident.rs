@@ -8,7 +8,7 @@ use std::{
     process::{Command, Stdio},
 };
 
-use diesel_outbox_core::{Status, Store as _, Task};
+use diesel_outbox_core::{Maintenance as _, Status, Store as _, Task};
 use diesel_outbox_testkit::{TestBackend, conformance::support::KIND, postgres::PgTestDb};
 
 use crate::{
@@ -50,6 +50,25 @@ async fn every_page_says_which_outbox_and_database_as_of_when() {
     let (_quiet, base) = serve_with(db.url(), &["--refresh", "0s"]);
     let (_, page) = http(&base, "GET", "/", &[], "");
     assert!(!page.contains("http-equiv=\"refresh\""), "{page}");
+}
+
+/// The front page lists the relays heard of, silent ones marked, and says
+/// so when there is none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_front_page_lists_the_relays() {
+    let db = PgTestDb::create("cli_incident_relays").await.unwrap();
+    let (_server, base) = serve(db.url());
+    let (_, page) = http(&base, "GET", "/", &[], "");
+    assert!(page.contains("No relay heard of in the last day"), "{page}");
+    let mut gone = diesel_outbox_core::Heartbeat::new("relay-<9>", std::time::Duration::ZERO);
+    gone.ttl = std::time::Duration::ZERO;
+    db.store().beat(&gone).await.unwrap();
+    let (_, page) = http(&base, "GET", "/", &[], "");
+    assert!(
+        page.contains("<tr id=\"relay-relay-&lt;9&gt;\"><td>relay-&lt;9&gt;</td><td class=\"failed\">silent</td>"),
+        "{page}"
+    );
+    assert!(page.contains("<td id=\"live-relays\">0</td>"), "{page}");
 }
 
 /// A discard is a link to a page that says what it gives up; only the

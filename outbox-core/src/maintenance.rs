@@ -6,7 +6,8 @@ use std::{future::Future, pin::Pin, time::Duration};
 use futures_util::Stream;
 
 use crate::{
-    Error, Listed, Page, PageRequest, Result, Status, Store, TaskFilter, TaskId, transition,
+    Error, Heartbeat, Listed, Page, PageRequest, RelaySeen, Result, Status, Store, TaskFilter,
+    TaskId, transition,
 };
 
 /// Counts per status and how far behind the outbox is.
@@ -44,6 +45,8 @@ pub struct Stats {
     /// when nothing runs. Beyond the lease it means a relay died or hangs
     /// with the task, and no maintenance step has rescued it.
     pub oldest_running_age: Option<Duration>,
+    /// Relays whose heartbeats still count ([`Maintenance::relays`]).
+    pub live_relays: u64,
 }
 
 impl Stats {
@@ -176,6 +179,21 @@ pub trait Maintenance: Store {
     /// # }
     /// ```
     fn ages(&self) -> impl Future<Output = Result<Ages>> + Send;
+
+    /// Records `beat` in `outbox_relays` (a relay's row, written anew), and
+    /// deletes the rows of relays whose heartbeats stopped a day ago. The
+    /// [`Relay`](crate::Relay) calls it every
+    /// [`BEAT_INTERVAL`](crate::BEAT_INTERVAL).
+    fn beat(&self, beat: &Heartbeat) -> impl Future<Output = Result<()>> + Send;
+
+    /// Deletes the row of the relay whose worker is `owner`: the relay
+    /// stopped. The [`Relay`](crate::Relay) calls it when its run ends.
+    fn forget_relay(&self, owner: &str) -> impl Future<Output = Result<()>> + Send;
+
+    /// The relays the outbox heard of: live ones, and those whose
+    /// heartbeats stopped within the last day (died, or hung), ordered by
+    /// owner.
+    fn relays(&self) -> impl Future<Output = Result<Vec<RelaySeen>>> + Send;
 
     /// Makes task `id` available at once if it is failed, clearing its
     /// `expires_at` and keeping its attempts and last error

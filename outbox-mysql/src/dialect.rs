@@ -25,14 +25,16 @@ use diesel_async::{
     },
 };
 use diesel_outbox_core::{
-    Ages, BatchRequest, Error, LeaseRequest, OutboxId, Rescued, Result, Stats, Task, TaskId,
+    Ages, BatchRequest, Error, Heartbeat, LeaseRequest, OutboxId, RelaySeen, Rescued, Result,
+    Stats, Task, TaskId,
     transition::{self, Completion, EXPIRED_ERROR},
 };
 use diesel_outbox_sql::{
     CachedQuery, Dialect, Inserted, KeyCounts, Names, PreparedOnce, ReadRow, cached, micros,
     mysql_error, mysql_pool_error,
     rows::{
-        Ages as AgesRow, Applied, Count, Id, KeyCount, Micros, duration_us, tally_statuses, to_u64,
+        Ages as AgesRow, Applied, Count, Id, KeyCount, Micros, RelayRow, duration_us,
+        tally_statuses, to_u64,
     },
     uncached,
 };
@@ -357,6 +359,43 @@ impl Dialect for Mysql {
             .await
             .map_err(mysql_error)?;
         Ok(Ages::from_us(ages.available, ages.waiting, ages.running))
+    }
+
+    async fn beat(&self, conn: &mut AsyncMysqlConnection, beat: &Heartbeat) -> Result<()> {
+        cached(&self.sql(sql::BEAT))
+            .bind::<Text, _>(&beat.owner)
+            .bind::<Text, _>(&beat.host)
+            .bind::<BigInt, _>(i64::from(beat.pid))
+            .bind::<Text, _>(&beat.version)
+            .bind::<BigInt, _>(micros(beat.up))
+            .bind::<BigInt, _>(micros(beat.ttl))
+            .bind::<Nullable<BigInt>, _>(beat.since_claim.map(micros))
+            .bind::<Nullable<BigInt>, _>(beat.since_write.map(micros))
+            .execute(&mut *conn)
+            .await
+            .map_err(mysql_error)?;
+        cached(&self.sql(sql::SWEEP_RELAYS))
+            .execute(conn)
+            .await
+            .map_err(mysql_error)?;
+        Ok(())
+    }
+
+    async fn forget_relay(&self, conn: &mut AsyncMysqlConnection, owner: &str) -> Result<()> {
+        cached(&self.sql(sql::FORGET_RELAY))
+            .bind::<Text, _>(owner)
+            .execute(conn)
+            .await
+            .map_err(mysql_error)?;
+        Ok(())
+    }
+
+    async fn relays(&self, conn: &mut AsyncMysqlConnection) -> Result<Vec<RelaySeen>> {
+        let rows: Vec<RelayRow> = cached(&self.sql(sql::RELAYS))
+            .load(conn)
+            .await
+            .map_err(mysql_error)?;
+        Ok(rows.into_iter().map(RelayRow::seen).collect())
     }
 
     async fn outbox_id(&self, conn: &mut AsyncMysqlConnection) -> Result<OutboxId> {

@@ -380,6 +380,37 @@ SELECT 'table' AS status, CAST(COALESCE(TABLE_ROWS, 0) AS SIGNED) AS n
 FROM information_schema.TABLES
 WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?";
 
+/// A relay's heartbeat: its row written anew, the times from ages on the
+/// server's clock (up, time to live, since the last claim and write, `NULL`
+/// for never), so relays whose hosts' clocks differ agree.
+pub(crate) const BEAT: &str = "\
+INSERT INTO outbox_relays (owner, host, pid, version, started_at, beat_at, expires_at,
+                           last_claim_at, last_write_at)
+VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6),
+        UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND,
+        UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND)
+ON DUPLICATE KEY UPDATE
+    host = VALUES(host), pid = VALUES(pid), version = VALUES(version),
+    started_at = VALUES(started_at), beat_at = VALUES(beat_at), expires_at = VALUES(expires_at),
+    last_claim_at = VALUES(last_claim_at), last_write_at = VALUES(last_write_at)";
+
+/// The rows of relays whose heartbeats stopped a day ago.
+pub(crate) const SWEEP_RELAYS: &str =
+    "DELETE FROM outbox_relays WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL 1 DAY";
+
+/// A stopped relay's row.
+pub(crate) const FORGET_RELAY: &str = "DELETE FROM outbox_relays WHERE owner = ?";
+
+/// The relays heard of within the last day, times as ages in microseconds.
+pub(crate) const RELAYS: &str = "\
+SELECT owner, host, pid, version,
+    TIMESTAMPDIFF(MICROSECOND, started_at, UTC_TIMESTAMP(6)) AS started_us,
+    TIMESTAMPDIFF(MICROSECOND, beat_at, UTC_TIMESTAMP(6)) AS beat_us,
+    TIMESTAMPDIFF(MICROSECOND, last_claim_at, UTC_TIMESTAMP(6)) AS claim_us,
+    TIMESTAMPDIFF(MICROSECOND, last_write_at, UTC_TIMESTAMP(6)) AS write_us,
+    CAST(CASE WHEN expires_at > UTC_TIMESTAMP(6) THEN 1 ELSE 0 END AS SIGNED) AS live
+FROM outbox_relays WHERE expires_at >= UTC_TIMESTAMP(6) - INTERVAL 1 DAY ORDER BY owner";
+
 /// The exact count of succeeded rows, on a small table.
 pub(crate) const COUNT_SUCCEEDED: &str =
     "SELECT 'succeeded' AS status, COUNT(*) AS n FROM outbox_tasks WHERE status = 'succeeded'";

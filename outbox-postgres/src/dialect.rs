@@ -24,8 +24,8 @@ use diesel_async::{
     },
 };
 use diesel_outbox_core::{
-    Ages, BatchRequest, ClaimOutcome, ClaimedTask, Error, LeaseRequest, OutboxId, Rescued, Result,
-    Stats, Status, Task, TaskId, Wakeups,
+    Ages, BatchRequest, ClaimOutcome, ClaimedTask, Error, Heartbeat, LeaseRequest, OutboxId,
+    RelaySeen, Rescued, Result, Stats, Status, Task, TaskId, Wakeups,
     transition::{self, Availability, Completion, EXPIRED_ERROR},
 };
 use diesel_outbox_sql::{
@@ -33,7 +33,7 @@ use diesel_outbox_sql::{
     flows::claim::settle,
     micros, postgres_error, postgres_pool_error,
     rows::{
-        Ages as AgesRow, Applied, Count, KeyCount, Micros, Moved, duration_us, rescued,
+        Ages as AgesRow, Applied, Count, KeyCount, Micros, Moved, RelayRow, duration_us, rescued,
         tally_statuses, to_u64,
     },
 };
@@ -262,6 +262,43 @@ impl Dialect for Postgres {
             .await
             .map_err(postgres_error)?;
         Ok(Ages::from_us(ages.available, ages.waiting, ages.running))
+    }
+
+    async fn beat(&self, conn: &mut AsyncPgConnection, beat: &Heartbeat) -> Result<()> {
+        cached(&self.sql(sql::BEAT))
+            .bind::<Text, _>(&beat.owner)
+            .bind::<Text, _>(&beat.host)
+            .bind::<BigInt, _>(i64::from(beat.pid))
+            .bind::<Text, _>(&beat.version)
+            .bind::<BigInt, _>(micros(beat.up))
+            .bind::<BigInt, _>(micros(beat.ttl))
+            .bind::<Nullable<BigInt>, _>(beat.since_claim.map(micros))
+            .bind::<Nullable<BigInt>, _>(beat.since_write.map(micros))
+            .execute(&mut *conn)
+            .await
+            .map_err(postgres_error)?;
+        cached(&self.sql(sql::SWEEP_RELAYS))
+            .execute(conn)
+            .await
+            .map_err(postgres_error)?;
+        Ok(())
+    }
+
+    async fn forget_relay(&self, conn: &mut AsyncPgConnection, owner: &str) -> Result<()> {
+        cached(&self.sql(sql::FORGET_RELAY))
+            .bind::<Text, _>(owner)
+            .execute(conn)
+            .await
+            .map_err(postgres_error)?;
+        Ok(())
+    }
+
+    async fn relays(&self, conn: &mut AsyncPgConnection) -> Result<Vec<RelaySeen>> {
+        let rows: Vec<RelayRow> = cached(&self.sql(sql::RELAYS))
+            .load(conn)
+            .await
+            .map_err(postgres_error)?;
+        Ok(rows.into_iter().map(RelayRow::seen).collect())
     }
 
     async fn outbox_id(&self, conn: &mut AsyncPgConnection) -> Result<OutboxId> {

@@ -381,6 +381,39 @@ SELECT
      FROM outbox_tasks WHERE status = 'running' AND lease_expires_at IS NOT NULL
      ORDER BY lease_expires_at LIMIT 1) AS running";
 
+/// A relay's heartbeat: its row written anew, the times from ages on the
+/// server's clock (`$5` up, `$6` time to live, `$7` and `$8` since the
+/// last claim and write, `NULL` for never), so relays whose hosts' clocks
+/// differ agree.
+pub(crate) const BEAT: &str = "\
+INSERT INTO outbox_relays (owner, host, pid, version, started_at, beat_at, expires_at,
+                           last_claim_at, last_write_at)
+VALUES ($1, $2, $3, $4, now() - $5 * interval '1 microsecond', now(),
+        now() + $6 * interval '1 microsecond', now() - $7 * interval '1 microsecond',
+        now() - $8 * interval '1 microsecond')
+ON CONFLICT (owner) DO UPDATE SET
+    host = excluded.host, pid = excluded.pid, version = excluded.version,
+    started_at = excluded.started_at, beat_at = excluded.beat_at,
+    expires_at = excluded.expires_at, last_claim_at = excluded.last_claim_at,
+    last_write_at = excluded.last_write_at";
+
+/// The rows of relays whose heartbeats stopped a day ago.
+pub(crate) const SWEEP_RELAYS: &str =
+    "DELETE FROM outbox_relays WHERE expires_at < now() - interval '1 day'";
+
+/// A stopped relay's row.
+pub(crate) const FORGET_RELAY: &str = "DELETE FROM outbox_relays WHERE owner = $1";
+
+/// The relays heard of within the last day, times as ages in microseconds.
+pub(crate) const RELAYS: &str = "\
+SELECT owner, host, pid, version,
+    (EXTRACT(EPOCH FROM now() - started_at) * 1000000)::bigint AS started_us,
+    (EXTRACT(EPOCH FROM now() - beat_at) * 1000000)::bigint AS beat_us,
+    (EXTRACT(EPOCH FROM now() - last_claim_at) * 1000000)::bigint AS claim_us,
+    (EXTRACT(EPOCH FROM now() - last_write_at) * 1000000)::bigint AS write_us,
+    (CASE WHEN expires_at > now() THEN 1 ELSE 0 END)::bigint AS live
+FROM outbox_relays WHERE expires_at >= now() - interval '1 day' ORDER BY owner";
+
 /// The exact count of succeeded rows, on a small table.
 pub(crate) const COUNT_SUCCEEDED: &str =
     "SELECT 'succeeded' AS status, COUNT(*) AS n FROM outbox_tasks WHERE status = 'succeeded'";

@@ -29,8 +29,9 @@ use diesel_async::{
     pooled_connection::{PoolError as ConnectError, PoolableConnection, deadpool::PoolError},
 };
 use diesel_outbox_core::{
-    Ages, BatchRequest, ClaimOutcome, ClaimedTask, Error, LeaseRequest, OutboxId, Record, Rescued,
-    Result, Stats, Task, TaskId, TxBody, UnreadableRow, Wakeups, transition::Completion,
+    Ages, BatchRequest, ClaimOutcome, ClaimedTask, Error, Heartbeat, LeaseRequest, OutboxId,
+    Record, RelaySeen, Rescued, Result, Stats, Task, TaskId, TxBody, UnreadableRow, Wakeups,
+    transition::Completion,
 };
 
 /// A row as a primitive read it: the task, or what is known of a row that
@@ -304,6 +305,26 @@ pub trait Dialect: Clone + Send + Sync + Sized + 'static {
     /// The ages of the task due longest and of the running task whose lease
     /// ends first, each one index read.
     fn ages(&self, conn: &mut Self::Conn) -> impl Future<Output = Result<Ages>> + Send;
+
+    /// Writes `beat` as its relay's row of `outbox_relays` (inserted, or
+    /// replacing the one there), and deletes the rows whose heartbeats
+    /// stopped a day ago.
+    fn beat(
+        &self,
+        conn: &mut Self::Conn,
+        beat: &Heartbeat,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Deletes the row of the relay whose worker is `owner`.
+    fn forget_relay(
+        &self,
+        conn: &mut Self::Conn,
+        owner: &str,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// The rows of `outbox_relays` whose heartbeats stopped less than a day
+    /// ago, by owner.
+    fn relays(&self, conn: &mut Self::Conn) -> impl Future<Output = Result<Vec<RelaySeen>>> + Send;
 
     /// The outbox's own id, from `outbox_meta` (see
     /// [`read_outbox_id`](crate::read_outbox_id)).

@@ -3,7 +3,7 @@
 //!
 //! Every statement of a backend is written once with the default names
 //! (`outbox_tasks`, `outbox_ordering_keys`, `outbox_inbox`, `outbox_meta`,
-//! and the indexes and constraints named after them). A store whose names
+//! `outbox_relays`, and the indexes and constraints named after them). A store whose names
 //! differ renders each fixed statement's text once, with its names in
 //! place, and keeps it ([`Names::sql`]); a statement whose text is built at
 //! run time (a list of ids, a number of rows) is renamed as it is built
@@ -27,11 +27,12 @@ use crate::BackendKind;
 /// The tables an outbox owns, under their default names. Every other name
 /// of the outbox (an index, a constraint, a sequence) starts with one of
 /// them, so renaming these renames the whole outbox.
-pub const TABLES: [&str; 4] = [
+pub const TABLES: [&str; 5] = [
     "outbox_tasks",
     "outbox_ordering_keys",
     "outbox_inbox",
     "outbox_meta",
+    "outbox_relays",
 ];
 
 /// The longest table prefix accepted, in bytes: the longest name an outbox

@@ -90,6 +90,47 @@ pub struct Ages {
     pub running: Option<i64>,
 }
 
+/// A row of `outbox_relays` as [`Dialect::relays`](crate::Dialect::relays)
+/// reads it: times in microseconds, as ages (PostgreSQL, MySQL/MariaDB,
+/// `live` 1 or 0) or as the stored instants (SQLite, `live` computed from
+/// `expires`).
+#[derive(Debug, QueryableByName)]
+#[allow(missing_docs)] // the columns of `outbox_relays`
+pub struct RelayRow {
+    #[diesel(sql_type = Text)]
+    pub owner: String,
+    #[diesel(sql_type = Text)]
+    pub host: String,
+    #[diesel(sql_type = BigInt)]
+    pub pid: i64,
+    #[diesel(sql_type = Text)]
+    pub version: String,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub started_us: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub beat_us: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub claim_us: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub write_us: Option<i64>,
+    #[diesel(sql_type = BigInt)]
+    pub live: i64,
+}
+
+impl RelayRow {
+    /// The relay, from a row whose times are ages.
+    pub fn seen(self) -> diesel_outbox_core::RelaySeen {
+        diesel_outbox_core::RelaySeen::from_us(
+            self.owner,
+            self.host,
+            self.pid,
+            self.version,
+            [self.started_us, self.beat_us, self.claim_us, self.write_us],
+            self.live != 0,
+        )
+    }
+}
+
 /// What a rescue's rows say, as the core counts it.
 pub fn rescued(moved: Vec<Moved>) -> diesel_outbox_core::Rescued {
     diesel_outbox_core::Rescued {

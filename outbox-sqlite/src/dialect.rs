@@ -26,14 +26,17 @@ use diesel_async::{
     },
 };
 use diesel_outbox_core::{
-    Ages, BatchRequest, ClaimedTask, Error, LeaseRequest, OutboxId, Rescued, Result, Stats, Status,
-    Task, TaskId,
+    Ages, BatchRequest, ClaimedTask, Error, Heartbeat, LeaseRequest, OutboxId, RelaySeen, Rescued,
+    Result, Stats, Status, Task, TaskId,
     transition::{self, Completion, EXPIRED_ERROR},
 };
 use diesel_outbox_sql::{
     CachedQuery, Dialect, Inserted, KeyCounts, Names, ReadRow, cached,
     flows::claim::settle,
-    rows::{Ages as AgesRow, Applied, Count, KeyCount, Micros, Moved, rescued, tally_statuses},
+    micros,
+    rows::{
+        Ages as AgesRow, Applied, Count, KeyCount, Micros, Moved, RelayRow, rescued, tally_statuses,
+    },
     sqlite_error, sqlite_pool_error, uncached,
 };
 use tokio::sync::Mutex;
@@ -83,6 +86,9 @@ fn cutoff(age: Duration) -> DateTime<Utc> {
         .and_then(|age| timestamp::now().checked_sub_signed(age))
         .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
+
+/// How long the rows of relays whose heartbeats stopped are kept: a day.
+const RELAYS_KEPT_US: i64 = 86_400_000_000;
 
 /// How long from `from` to `to`, zero when `to` is not later.
 fn between(from: DateTime<Utc>, to: DateTime<Utc>) -> Duration {
@@ -209,6 +215,63 @@ impl Dialect for Sqlite {
             age(at.waiting),
             age(at.running),
         ))
+    }
+
+    async fn beat(&self, conn: &mut AsyncSqliteConnection, beat: &Heartbeat) -> Result<()> {
+        let now = timestamp::to_micros(timestamp::now());
+        let ago = |age: std::time::Duration| now.saturating_sub(micros(age));
+        cached::<SqliteBackend>(&self.sql(sql::BEAT))
+            .bind::<Text, _>(&beat.owner)
+            .bind::<Text, _>(&beat.host)
+            .bind::<BigInt, _>(i64::from(beat.pid))
+            .bind::<Text, _>(&beat.version)
+            .bind::<BigInt, _>(ago(beat.up))
+            .bind::<BigInt, _>(now)
+            .bind::<BigInt, _>(now.saturating_add(micros(beat.ttl)))
+            .bind::<Nullable<BigInt>, _>(beat.since_claim.map(ago))
+            .bind::<Nullable<BigInt>, _>(beat.since_write.map(ago))
+            .execute(&mut *conn)
+            .await
+            .map_err(sqlite_error)?;
+        cached::<SqliteBackend>(&self.sql(sql::SWEEP_RELAYS))
+            .bind::<BigInt, _>(now.saturating_sub(RELAYS_KEPT_US))
+            .execute(conn)
+            .await
+            .map_err(sqlite_error)?;
+        Ok(())
+    }
+
+    async fn forget_relay(&self, conn: &mut AsyncSqliteConnection, owner: &str) -> Result<()> {
+        cached::<SqliteBackend>(&self.sql(sql::FORGET_RELAY))
+            .bind::<Text, _>(owner)
+            .execute(conn)
+            .await
+            .map_err(sqlite_error)?;
+        Ok(())
+    }
+
+    async fn relays(&self, conn: &mut AsyncSqliteConnection) -> Result<Vec<RelaySeen>> {
+        let now = timestamp::to_micros(timestamp::now());
+        let rows: Vec<RelayRow> = cached::<SqliteBackend>(&self.sql(sql::RELAYS))
+            .bind::<BigInt, _>(now.saturating_sub(RELAYS_KEPT_US))
+            .bind::<BigInt, _>(now)
+            .load(conn)
+            .await
+            .map_err(sqlite_error)?;
+        let age = |at: Option<i64>| at.map(|at| now.saturating_sub(at));
+        Ok(rows
+            .into_iter()
+            .map(|row| {
+                RelayRow {
+                    started_us: age(row.started_us),
+                    beat_us: age(row.beat_us),
+                    claim_us: age(row.claim_us),
+                    write_us: age(row.write_us),
+                    ..row
+                }
+                .seen()
+            })
+            .collect())
     }
 
     async fn outbox_id(&self, conn: &mut AsyncSqliteConnection) -> Result<OutboxId> {

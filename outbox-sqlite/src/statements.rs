@@ -290,6 +290,32 @@ SELECT
      WHERE status = 'running' AND lease_expires_at IS NOT NULL
      ORDER BY lease_expires_at LIMIT 1) AS running";
 
+/// A relay's heartbeat: its row written anew (`?5` to `?9`: instants in
+/// microseconds, as the store's clock reads them).
+pub(crate) const BEAT: &str = "\
+INSERT INTO outbox_relays (owner, host, pid, version, started_at, beat_at, expires_at,
+                           last_claim_at, last_write_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+ON CONFLICT (owner) DO UPDATE SET
+    host = excluded.host, pid = excluded.pid, version = excluded.version,
+    started_at = excluded.started_at, beat_at = excluded.beat_at,
+    expires_at = excluded.expires_at, last_claim_at = excluded.last_claim_at,
+    last_write_at = excluded.last_write_at";
+
+/// The rows of relays whose heartbeats stopped before `?1`, a day ago.
+pub(crate) const SWEEP_RELAYS: &str = "DELETE FROM outbox_relays WHERE expires_at < ?1";
+
+/// A stopped relay's row.
+pub(crate) const FORGET_RELAY: &str = "DELETE FROM outbox_relays WHERE owner = ?1";
+
+/// The relays whose heartbeats stopped after `?1` (a day ago), times as
+/// stored, `live` from the expiry (`?2` now).
+pub(crate) const RELAYS: &str = "\
+SELECT owner, host, pid, version, started_at AS started_us, beat_at AS beat_us,
+    last_claim_at AS claim_us, last_write_at AS write_us,
+    CASE WHEN expires_at > ?2 THEN 1 ELSE 0 END AS live
+FROM outbox_relays WHERE expires_at >= ?1 ORDER BY owner";
+
 /// When the next waiting task is due.
 pub(crate) const NEXT_DUE: &str = "\
 SELECT MIN(next_attempt_at) AS us FROM outbox_tasks INDEXED BY outbox_tasks_due_idx

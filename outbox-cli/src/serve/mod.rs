@@ -188,7 +188,14 @@ async fn index<S: OperatorStore>(
             .list(&TaskFilter::new(), &PageRequest::first(RECENT_ON_PAGE)?)
             .await?;
         let groups = failure_groups(&app.store, &TaskFilter::new()).await?;
-        Ok::<_, Error>((stats, groups, failed.rows(), recent.rows()))
+        let relays = app.store.relays().await?;
+        Ok::<_, Error>(pages::Front {
+            stats,
+            relays,
+            groups,
+            failed: failed.rows(),
+            recent: recent.rows(),
+        })
     };
     let notice = ["requeued", "discarded"].into_iter().find_map(|done| {
         if let Some(group) = query.get(&format!("{done}_group")) {
@@ -199,12 +206,9 @@ async fn index<S: OperatorStore>(
         Some(format!("{done} task {id}"))
     });
     match page.await {
-        Ok((stats, groups, failed, recent)) => Html(pages::index(
+        Ok(front) => Html(pages::index(
             &app.frame(),
-            &stats,
-            &groups,
-            &failed,
-            &recent,
+            &front,
             notice.as_deref(),
             app.token.value(),
         ))

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use diesel_outbox_core::{
-    FailureGroup, Listed, Record, Stats, Status, TaskId, UnreadableRow, transition,
+    FailureGroup, Listed, Record, RelaySeen, Stats, Status, TaskId, UnreadableRow, transition,
 };
 
 use crate::render;
@@ -158,16 +158,20 @@ fn stats_table(stats: &Stats) -> String {
     for (status, _) in stats.by_status() {
         let _ = write!(html, "<th>{status}</th>");
     }
-    html.push_str("<th>backlog</th><th>oldest due</th><th>oldest running</th></tr><tr>");
+    html.push_str(
+        "<th>backlog</th><th>oldest due</th><th>oldest running</th><th>live relays</th></tr><tr>",
+    );
     for (status, count) in stats.by_status() {
         let _ = write!(html, "<td id=\"count-{status}\">{count}</td>");
     }
     let _ = write!(
         html,
-        "<td>{}</td><td id=\"oldest-due\">{}</td><td id=\"oldest-running\">{}</td></tr></table>",
+        "<td>{}</td><td id=\"oldest-due\">{}</td><td id=\"oldest-running\">{}</td>\
+         <td id=\"live-relays\">{}</td></tr></table>",
         stats.backlog(),
         crate::render::age(stats.oldest_due_age),
         crate::render::age(stats.oldest_running_age),
+        stats.live_relays,
     );
     html
 }
@@ -216,6 +220,34 @@ fn tasks_table(id: &str, rows: &[Listed], token: &str) -> String {
             error = escape(&render::short_error(&record.last_error, 200)),
             buttons = buttons(record.id, record.status, id, token),
         );
+    }
+    html.push_str("</table>");
+    html
+}
+
+/// The relays heard of in the last day, silent ones marked.
+fn relays_table(relays: &[RelaySeen]) -> String {
+    if relays.is_empty() {
+        return "<p id=\"relays\" class=\"failed\">No relay heard of in the last day: \
+                nothing sends the tasks.</p>"
+            .to_owned();
+    }
+    let mut html = String::from(
+        "<table id=\"relays\"><tr><th>owner</th><th>state</th><th>host</th><th>pid</th>\
+         <th>up</th><th>last beat</th><th>last claim</th><th>last write</th></tr>",
+    );
+    for relay in relays {
+        let cells = render::relay_cells(relay);
+        let _ = write!(html, "<tr id=\"relay-{}\">", escape(&relay.owner));
+        for (i, cell) in cells.iter().enumerate() {
+            let class = if i == 1 && !relay.live {
+                " class=\"failed\""
+            } else {
+                ""
+            };
+            let _ = write!(html, "<td{class}>{}</td>", escape(cell));
+        }
+        html.push_str("</tr>");
     }
     html.push_str("</table>");
     html
@@ -289,18 +321,28 @@ pub(crate) fn group_confirm(
     frame.page(&format!("{verb} a failure group"), &body, false)
 }
 
-/// The front page of the outbox whose tasks table is `outbox`: stats,
-/// failure groups, failed tasks with their last errors, and the latest
-/// tasks whatever their status.
-pub(crate) fn index(
-    frame: &Frame<'_>,
-    stats: &Stats,
-    groups: &[FailureGroup],
-    failed: &[Listed],
-    recent: &[Listed],
-    notice: Option<&str>,
-    token: &str,
-) -> String {
+/// What the front page shows, read from the store.
+#[derive(Debug)]
+pub(crate) struct Front {
+    pub(crate) stats: Stats,
+    pub(crate) relays: Vec<RelaySeen>,
+    pub(crate) groups: Vec<FailureGroup>,
+    /// The newest failed tasks.
+    pub(crate) failed: Vec<Listed>,
+    /// The latest tasks, whatever their status.
+    pub(crate) recent: Vec<Listed>,
+}
+
+/// The front page: stats, relays, failure groups, failed tasks with their
+/// last errors, and the latest tasks whatever their status.
+pub(crate) fn index(frame: &Frame<'_>, front: &Front, notice: Option<&str>, token: &str) -> String {
+    let Front {
+        stats,
+        relays,
+        groups,
+        failed,
+        recent,
+    } = front;
     let mut body = String::new();
     if let Some(notice) = notice {
         let _ = write!(
@@ -311,6 +353,8 @@ pub(crate) fn index(
     }
     body.push_str("<h2>Stats</h2>");
     body.push_str(&stats_table(stats));
+    body.push_str("<h2>Relays</h2>");
+    body.push_str(&relays_table(relays));
     body.push_str("<h2>Failure groups</h2>");
     body.push_str(&groups_table(groups));
     body.push_str("<h2>Failed tasks</h2>");

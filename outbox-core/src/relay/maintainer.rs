@@ -1,5 +1,5 @@
-//! The relay's maintenance task: promotion, rescue, retention and stats, off
-//! the claim path.
+//! The relay's maintenance task: promotion, rescue, retention, stats and
+//! heartbeats, off the claim path.
 //!
 //! It runs beside the claim loop on its own pool connection, so a long purge
 //! or a slow count never delays a claim: the claim loop only ever waits on
@@ -12,8 +12,8 @@ use std::{sync::Arc, time::Duration};
 use tokio::{sync::Notify, time::Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::{RelayConfig, later};
-use crate::{Maintenance, Worker, telemetry};
+use super::{RelayConfig, activity::Activity, later};
+use crate::{BEAT_INTERVAL, Maintenance, Worker, telemetry};
 
 /// The most purge statements (of `purge_batch` rows each) between two
 /// promotion and rescue steps. A backlog of finished rows to purge (when
@@ -32,19 +32,37 @@ pub(super) struct Maintained {
     pub errors: u64,
 }
 
+/// How the maintenance task and the claim loop reach each other.
+pub(super) struct Signals {
+    /// Notified after a step made tasks available, so the claim loop
+    /// claims at once.
+    pub available: Arc<Notify>,
+    /// Notified by the claim loop when the next due time may have moved.
+    pub rescheduled: Arc<Notify>,
+    /// The claim loop's last claim and write, for the heartbeats.
+    pub activity: Arc<Activity>,
+}
+
 /// Runs until `stop` is cancelled. After each step that made tasks
 /// available, `available` is notified so the claim loop claims at once.
 /// Between steps it sleeps until the next waiting task is due, at most the
 /// poll interval, or until `rescheduled` says the next due time may have
-/// moved.
+/// moved. It writes the relay's heartbeat every [`BEAT_INTERVAL`], and
+/// deletes it when stopped.
 pub(super) async fn run<S: Maintenance>(
     worker: Worker<S>,
     config: RelayConfig,
-    available: Arc<Notify>,
-    rescheduled: Arc<Notify>,
+    signals: Signals,
     stop: CancellationToken,
 ) -> Maintained {
+    let Signals {
+        available,
+        rescheduled,
+        activity,
+    } = signals;
     let store = worker.store();
+    let owner = worker.config().owner.clone();
+    let mut next_beat = Instant::now();
     let mut done = Maintained::default();
     // Rows per statement; the setting is bounded by MAX_BATCH_SIZE.
     let step = u32::try_from(config.purge_batch).unwrap_or(u32::MAX);
@@ -63,6 +81,13 @@ pub(super) async fn run<S: Maintenance>(
             if !purging {
                 next_purge = later(Instant::now(), config.purge_interval);
             }
+        }
+        if Instant::now() >= next_beat {
+            if let Err(error) = store.beat(&activity.heartbeat(&owner)).await {
+                done.errors += 1;
+                tracing::warn!(error = %error.chain(), "relay could not write its heartbeat");
+            }
+            next_beat = later(Instant::now(), BEAT_INTERVAL);
         }
         if Instant::now() >= next_count {
             count(store, &mut done).await;
@@ -83,6 +108,8 @@ pub(super) async fn run<S: Maintenance>(
                 config.poll_interval
             }
         };
+        // Wake for the next heartbeat too, whatever else is due.
+        let sleep = sleep.min(next_beat.saturating_duration_since(Instant::now()));
         // A task due in less than a millisecond is promoted on the next
         // pass; never spin on a zero sleep.
         let sleep = sleep.max(Duration::from_millis(1));
@@ -91,6 +118,10 @@ pub(super) async fn run<S: Maintenance>(
             () = tokio::time::sleep(sleep) => {}
             () = rescheduled.notified() => {}
         }
+    }
+    if let Err(error) = store.forget_relay(&owner).await {
+        done.errors += 1;
+        tracing::warn!(error = %error.chain(), "relay could not delete its heartbeat");
     }
     done
 }

@@ -13,6 +13,7 @@ use tracing::{Instrument, Span};
 
 use super::{
     RelayConfig, RelayReport,
+    activity::Activity,
     cursor::Cursor,
     inflight::Inflight,
     later,
@@ -75,6 +76,8 @@ pub(super) struct RelayLoop<'a, S> {
     /// The maintenance task wakes the claim loop through this when it made
     /// tasks available.
     available: Arc<Notify>,
+    /// When it last claimed tasks and wrote results, for its heartbeats.
+    activity: Arc<Activity>,
     /// When the last subscription to wake-ups came back, whatever it came to.
     subscribed_at: Instant,
     /// The store's wake-ups; `None` when it offers none, when subscribing
@@ -113,11 +116,15 @@ impl<'a, S: Maintenance> RelayLoop<'a, S> {
         let available = Arc::new(Notify::new());
         let rescheduled = Arc::new(Notify::new());
         let stop_maintaining = CancellationToken::new();
+        let activity = Arc::new(Activity::new());
         let maintaining = AbortOnDropHandle::new(tokio::spawn(maintainer::run(
             worker.clone(),
             config.clone(),
-            available.clone(),
-            rescheduled.clone(),
+            maintainer::Signals {
+                available: available.clone(),
+                rescheduled: rescheduled.clone(),
+                activity: activity.clone(),
+            },
             stop_maintaining.clone(),
         )));
         let resubscribe_at = later(Instant::now(), resubscribe_in);
@@ -134,6 +141,7 @@ impl<'a, S: Maintenance> RelayLoop<'a, S> {
             stop_maintaining,
             rescheduled,
             available,
+            activity,
             subscribed_at,
             wakeups,
             writer,
@@ -301,8 +309,11 @@ impl<'a, S: Maintenance> RelayLoop<'a, S> {
         let Some(claim) = self.claiming.take() else {
             return;
         };
-        if matches!(claimed, Ok(Ok(_))) {
+        if let Ok(Ok((tasks, _))) = &claimed {
             self.inflight.claim_returned(claim.at);
+            if !tasks.is_empty() {
+                self.activity.claimed();
+            }
         }
         let from_cursor = claim.after.is_some();
         let started = self.started(claimed, &claim);
@@ -326,6 +337,9 @@ impl<'a, S: Maintenance> RelayLoop<'a, S> {
 
     /// Event: the write under way came back.
     fn on_written(&mut self, written: Written) {
+        if matches!(&written, Ok((_, Ok(_)))) {
+            self.activity.wrote();
+        }
         self.writer.finish(written, &mut self.report);
         if std::mem::take(&mut self.idle_write) && self.inflight.is_empty() {
             self.claim_now = true;

@@ -3,7 +3,7 @@ use metrics::{Level, Metadata, Unit};
 
 /// Every metric this crate reports: name, unit and what it means, as in the
 /// table in [`telemetry`](crate::telemetry).
-pub const METRICS: [(&str, Unit, &str); 15] = [
+pub const METRICS: [(&str, Unit, &str); 16] = [
     ("outbox_enqueued_total", Unit::Count, "tasks enqueued"),
     ("outbox_sent_total", Unit::Count, "attempts that succeeded"),
     (
@@ -52,6 +52,11 @@ pub const METRICS: [(&str, Unit, &str); 15] = [
         "how long the running task whose lease ends first has been claimed, as the relay last read it (0: none running)",
     ),
     (
+        "outbox_relays_live",
+        Unit::Count,
+        "relays whose heartbeats still count, as the relay last read them",
+    ),
+    (
         "outbox_promoted_total",
         Unit::Count,
         "waiting tasks made available once due",
@@ -89,6 +94,7 @@ pub fn describe() {
             | "outbox_tasks"
             | "outbox_oldest_due_age_seconds"
             | "outbox_oldest_running_age_seconds"
+            | "outbox_relays_live"
             | "outbox_relay_unwritten" => {
                 metrics::describe_gauge!(name, unit, description);
             }
@@ -122,6 +128,7 @@ pub(crate) fn stats(stats: &crate::Stats) {
     let seconds = |age: Option<std::time::Duration>| age.map_or(0.0, |age| age.as_secs_f64());
     metrics::gauge!("outbox_oldest_due_age_seconds").set(seconds(stats.oldest_due_age));
     metrics::gauge!("outbox_oldest_running_age_seconds").set(seconds(stats.oldest_running_age));
+    metrics::gauge!("outbox_relays_live").set(stats.live_relays as f64);
 }
 
 /// Counts the moves of one maintenance step.

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use diesel_outbox_core::{
-    Ages, Error, Listed, Maintenance, Page, PageRequest, Result, Stats, TaskFilter, TaskId, Wakeups,
+    Ages, Error, Heartbeat, Listed, Maintenance, Page, PageRequest, RelaySeen, Result, Stats,
+    TaskFilter, TaskId, Wakeups,
 };
 
 use super::SqlStore;
@@ -22,6 +23,8 @@ impl<D: Dialect> Maintenance for SqlStore<D> {
         self.run(async |conn| {
             let mut stats = self.dialect().stats(conn).await?;
             stats.set_ages(self.dialect().ages(conn).await?);
+            let relays = self.dialect().relays(conn).await?;
+            stats.live_relays = relays.iter().filter(|relay| relay.live).count() as u64;
             Ok(stats)
         })
         .await
@@ -29,6 +32,21 @@ impl<D: Dialect> Maintenance for SqlStore<D> {
 
     async fn ages(&self) -> Result<Ages> {
         self.run(async |conn| self.dialect().ages(conn).await).await
+    }
+
+    async fn beat(&self, beat: &Heartbeat) -> Result<()> {
+        self.run(async |conn| self.dialect().beat(conn, beat).await)
+            .await
+    }
+
+    async fn forget_relay(&self, owner: &str) -> Result<()> {
+        self.run(async |conn| self.dialect().forget_relay(conn, owner).await)
+            .await
+    }
+
+    async fn relays(&self) -> Result<Vec<RelaySeen>> {
+        self.run(async |conn| self.dialect().relays(conn).await)
+            .await
     }
 
     async fn inspect(&self, id: TaskId) -> Result<Listed> {

@@ -23,6 +23,7 @@ mod database_errors;
 mod delivery;
 mod enqueue;
 mod failure_hook;
+mod heartbeats;
 mod inbox;
 mod input;
 mod key_heads;
@@ -58,6 +59,7 @@ pub use database_errors::*;
 pub use delivery::*;
 pub use enqueue::*;
 pub use failure_hook::*;
+pub use heartbeats::*;
 pub use inbox::*;
 pub use input::*;
 pub use key_heads::*;
@@ -155,6 +157,8 @@ macro_rules! conformance_tests {
             purge_keeps_unfinished_and_recent_rows,
             stats_and_requeue,
             stats_age_the_oldest_due_and_running_tasks,
+            heartbeats_record_live_relays_and_forget_stopped_ones,
+            a_relay_beats_while_it_runs_and_forgets_its_row_when_stopped,
             relay_wakes_for_the_next_due_retry,
             send_async_returns_at_once,
             hanging_handler_is_cut_at_the_timeout,

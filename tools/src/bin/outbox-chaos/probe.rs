@@ -136,6 +136,18 @@ impl<S: Maintenance> Maintenance for Probe<S> {
         self.inner.ages().await
     }
 
+    async fn beat(&self, beat: &diesel_outbox_core::Heartbeat) -> Result<()> {
+        self.inner.beat(beat).await
+    }
+
+    async fn forget_relay(&self, owner: &str) -> Result<()> {
+        self.inner.forget_relay(owner).await
+    }
+
+    async fn relays(&self) -> Result<Vec<diesel_outbox_core::RelaySeen>> {
+        self.inner.relays().await
+    }
+
     async fn requeue_failed(&self, id: TaskId) -> Result<bool> {
         self.inner.requeue_failed(id).await
     }
