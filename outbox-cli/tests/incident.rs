@@ -71,6 +71,53 @@ async fn the_front_page_lists_the_relays() {
     assert!(page.contains("<td id=\"live-relays\">0</td>"), "{page}");
 }
 
+/// `/tasks` filters and pages like `outbox list`: 50 a page, newest first,
+/// the next page's link keeping the filters; a bad filter is a 400 naming
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_are_filtered_and_paged() {
+    let db = PgTestDb::create("cli_incident_paging").await.unwrap();
+    let mut tasks: Vec<Task> = (0..55).map(|_| Task::new(KIND, 1, "{}")).collect();
+    tasks.extend((0..3).map(|_| Task::new("invoice.sent", 1, "{}")));
+    let ids = seed(&db, tasks, 55).await.unwrap();
+    let (_server, base) = serve(db.url());
+    let (_, front) = http(&base, "GET", "/", &[], "");
+    assert!(front.contains("href=\"/tasks?status=failed\""), "{front}");
+
+    let (status, page) = http(&base, "GET", "/tasks?status=failed&kind=", &[], "");
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page.matches("<tr id=\"tasks-").count(), 50, "{page}");
+    assert!(page.contains("<option selected>failed</option>"), "{page}");
+    let next = format!("/tasks?status=failed&amp;after={}", ids[5]);
+    assert!(page.contains(&format!("href=\"{next}\"")), "{page}");
+    let (status, rest) = http(&base, "GET", &next.replace("&amp;", "&"), &[], "");
+    assert_eq!(status, 200, "{rest}");
+    assert_eq!(rest.matches("<tr id=\"tasks-").count(), 5, "{rest}");
+    assert!(!rest.contains("id=\"next\""), "{rest}");
+
+    let (_, invoices) = http(&base, "GET", "/tasks?kind=invoice.sent&since=1h", &[], "");
+    assert_eq!(invoices.matches("<tr id=\"tasks-").count(), 3, "{invoices}");
+    assert!(invoices.contains("value=\"invoice.sent\""), "{invoices}");
+    let (_, none) = http(
+        &base,
+        "GET",
+        "/tasks?status=failed&kind=invoice.sent",
+        &[],
+        "",
+    );
+    assert!(none.contains("<p id=\"tasks\">none</p>"), "{none}");
+
+    for (query, says) in [
+        ("status=pending", "status: "),
+        ("since=yesterday", "since: "),
+        ("after=x", "after: "),
+    ] {
+        let (status, page) = http(&base, "GET", &format!("/tasks?{query}"), &[], "");
+        assert_eq!(status, 400, "{query}: {page}");
+        assert!(page.contains(says), "{query}: {page}");
+    }
+}
+
 /// A discard is a link to a page that says what it gives up; only the
 /// POST from that page discards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,6 +6,7 @@
 mod auth;
 mod groups;
 mod guard;
+mod listing;
 mod pages;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
@@ -88,6 +89,7 @@ pub(crate) async fn run<S: OperatorStore>(
     let hosts = Arc::new(Hosts::new(&args.allow_hosts));
     let router = Router::new()
         .route("/", get(index::<S>))
+        .route("/tasks", get(listing::list::<S>))
         .route("/tasks/{id}", get(detail::<S>))
         .route("/tasks/{id}/{action}", get(confirm::<S>).post(act::<S>))
         .route(

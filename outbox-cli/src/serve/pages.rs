@@ -361,7 +361,7 @@ pub(crate) fn index(frame: &Frame<'_>, front: &Front, notice: Option<&str>, toke
     if stats.failed > failed.len() as u64 {
         let _ = write!(
             body,
-            "<p>The newest {} of {}: <code>outbox list --status failed</code> pages through them all.</p>",
+            "<p>The newest {} of {}: <a href=\"/tasks?status=failed\" id=\"all-failed\">page through them all</a>.</p>",
             failed.len(),
             stats.failed
         );
@@ -370,6 +370,56 @@ pub(crate) fn index(frame: &Frame<'_>, front: &Front, notice: Option<&str>, toke
     body.push_str("<h2>Latest tasks</h2>");
     body.push_str(&tasks_table("recent", recent, token));
     frame.page("dashboard", &body, true)
+}
+
+/// A page of the tasks `filters` match, with the form that sets them and
+/// the link to the next page.
+pub(crate) fn listing(
+    frame: &Frame<'_>,
+    filters: &super::listing::Filters,
+    rows: &[Listed],
+    next: Option<TaskId>,
+    token: &str,
+) -> String {
+    let given = |field: &str| {
+        filters
+            .given
+            .iter()
+            .find(|(name, _)| *name == field)
+            .map_or("", |(_, value)| value.as_str())
+    };
+    let mut status = String::from(
+        "<select name=\"status\" id=\"filter-status\"><option value=\"\">any</option>",
+    );
+    for one in Status::ALL {
+        let selected = if given("status") == one.as_str() {
+            " selected"
+        } else {
+            ""
+        };
+        let _ = write!(status, "<option{selected}>{one}</option>");
+    }
+    status.push_str("</select>");
+    let mut body = format!(
+        "<form method=\"get\" action=\"/tasks\" id=\"filters\">\
+         <label>status {status}</label> \
+         <label>kind <input name=\"kind\" id=\"filter-kind\" value=\"{kind}\"></label> \
+         <label>key <input name=\"key\" id=\"filter-key\" value=\"{key}\"></label> \
+         <label>since <input name=\"since\" id=\"filter-since\" value=\"{since}\" placeholder=\"3h, or 2026-12-05T02:00:00Z\"></label> \
+         <button type=\"submit\" id=\"filter\">filter</button></form>",
+        kind = escape(given("kind")),
+        key = escape(given("key")),
+        since = escape(given("since")),
+    );
+    body.push_str(&tasks_table("tasks", rows, token));
+    if let Some(next) = next {
+        let _ = write!(
+            body,
+            "<p><a href=\"/tasks?{}\" id=\"next\">next page</a></p>",
+            escape(&filters.next_query(next))
+        );
+    }
+    frame.page("tasks", &body, false)
 }
 
 /// One task: every field, headers, last error, payload and its buttons;
