@@ -54,15 +54,15 @@ async fn open(database_url: &str) -> diesel::ConnectionResult<AsyncPgConnection>
 /// A failed connect: the server's own words when it refused (a login, a
 /// database it does not have), classified as any statement's error; else
 /// the driver's message followed by each of its causes, the operating
-/// system's among them, each once.
+/// system's among them, each once, classified as diesel-async's own
+/// connect classifies it (an unreachable server is a connection failure,
+/// worth retrying; a configuration, authentication or TLS failure is not).
 fn connect_error(error: tokio_postgres::Error) -> ConnectionError {
-    match error.as_db_error() {
-        Some(refused) => ConnectionError::CouldntSetupConfiguration(DieselError::DatabaseError(
-            DatabaseErrorKind::Unknown,
-            Box::new(refused.message().to_owned()),
-        )),
-        None => ConnectionError::BadConnection(causes(&error)),
-    }
+    let (kind, message) = match error.as_db_error() {
+        Some(refused) => (DatabaseErrorKind::Unknown, refused.message().to_owned()),
+        None => (DatabaseErrorKind::UnableToSendCommand, causes(&error)),
+    };
+    ConnectionError::CouldntSetupConfiguration(DieselError::DatabaseError(kind, Box::new(message)))
 }
 
 /// `error`'s message and its sources', separated by `: `, leaving out any
@@ -101,6 +101,26 @@ mod tests {
              error connecting to server: Connection refused (os error 111)"
         );
         assert!(!error.contains("secret"));
+    }
+
+    /// A server asked for TLS the store does not speak: a setting to fix,
+    /// never retried as a connection that might come back.
+    #[tokio::test]
+    async fn a_tls_requirement_is_not_a_retryable_connection_failure() {
+        let server = std::env::var("OUTBOX_PG_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let separator = if server.contains('?') { '&' } else { '?' };
+        let error = establish(&format!("{server}{separator}sslmode=require"))
+            .await
+            .err()
+            .expect("no TLS here");
+        assert_eq!(
+            error.database_kind(),
+            Some(diesel_outbox_core::DatabaseErrorKind::Other),
+            "{}",
+            error.chain()
+        );
+        assert!(!error.is_retryable(), "{}", error.chain());
     }
 
     #[test]

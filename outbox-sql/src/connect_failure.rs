@@ -112,12 +112,12 @@ pub fn target_of(url: &str) -> Option<String> {
         }
         _ => return None,
     };
+    // The user and password end at the last `@` of the URL: drivers read
+    // them up to an `@`, so a password may hold `/`, `?` or `#`, and
+    // nothing before that `@` is ever shown.
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, after)| after);
     let rest = rest.split(['?', '#']).next().unwrap_or(rest);
-    let (authority, database) = rest.split_once('/').unwrap_or((rest, ""));
-    // The user and password end at the last `@` of the authority.
-    let hosts = authority
-        .rsplit_once('@')
-        .map_or(authority, |(_, hosts)| hosts);
+    let (hosts, database) = rest.split_once('/').unwrap_or((rest, ""));
     if hosts.is_empty() {
         return None;
     }
@@ -163,6 +163,9 @@ mod tests {
             "postgres://app:s3cr@t@db:6432/orders",
             "postgresql://app:pw@db:6432/orders?application_name=x",
             "mysql://app:pw@db:6432/orders",
+            "postgres://app:s3cr/t@db:6432/orders",
+            "postgres://app:s3cr?t@db:6432/orders",
+            "mysql://app:s3cr#t@db:6432/orders",
         ] {
             let target = target_of(url).expect("a server URL");
             assert_eq!(target, "db:6432, database orders", "{url}");
