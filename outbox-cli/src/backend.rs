@@ -193,12 +193,28 @@ impl Backend {
     }
 }
 
-/// The file a `sqlite://` URL names (diesel reads `sqlite://PATH` as the
-/// URI `file:PATH`), without its query.
+/// The file a SQLite URL names, without its query: `sqlite://PATH` (which
+/// diesel reads as the URI `file:PATH`), or a `file:` URI (`file:PATH`,
+/// `file:///PATH`, `file://localhost/PATH`), its `%XX` escapes decoded.
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-fn sqlite_file(url: &str) -> &std::path::Path {
-    let rest = url.strip_prefix("sqlite://").unwrap_or(url);
-    std::path::Path::new(rest.split('?').next().unwrap_or(rest))
+fn sqlite_file(url: &str) -> std::path::PathBuf {
+    let rest = match url.strip_prefix("sqlite://") {
+        Some(path) => path,
+        None => {
+            let uri = url.strip_prefix("file:").unwrap_or(url);
+            // An authority, when there is one, is empty or `localhost`.
+            uri.strip_prefix("//localhost")
+                .or_else(|| uri.strip_prefix("//"))
+                .unwrap_or(uri)
+        }
+    };
+    let path = rest.split(['?', '#']).next().unwrap_or(rest);
+    // Decoded as a form value would be, `+` kept as it is.
+    let field = format!("p={}", path.replace('+', "%2B"));
+    let decoded = form_urlencoded::parse(field.as_bytes())
+        .next()
+        .map_or_else(|| path.to_owned(), |(_, value)| value.into_owned());
+    std::path::PathBuf::from(decoded)
 }
 
 /// Refuses a SQLite database file that does not exist: opening it would
@@ -240,6 +256,16 @@ mod tests {
                 "/var/lib/shop/orders.db",
             ),
             ("sqlite://orders.db?mode=rw", "orders.db"),
+            (
+                "file:/var/lib/shop/orders.db?mode=rwc",
+                "/var/lib/shop/orders.db",
+            ),
+            ("file:///var/lib/shop/orders.db", "/var/lib/shop/orders.db"),
+            (
+                "file://localhost/var/lib/my%20shop/orders.db",
+                "/var/lib/my shop/orders.db",
+            ),
+            ("file:orders+1.db", "orders+1.db"),
         ] {
             assert_eq!(super::sqlite_file(url), std::path::Path::new(file), "{url}");
         }
