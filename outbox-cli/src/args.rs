@@ -31,7 +31,8 @@ fn parse_schema(schema: &str) -> Result<String, String> {
 ///
 /// Exit codes: 0 done; 1 error (database unreachable, query failed); 2
 /// usage error (bad option or value); 3 no such task (or failure group); 4 the task is not in
-/// a status that allows the change; 5 a bulk change was not confirmed.
+/// a status that allows the change (or a failure group changed while asked); 5 a
+/// bulk change was not confirmed.
 #[derive(Debug, Parser)]
 #[command(name = "outbox", version)]
 pub(crate) struct Cli {

@@ -215,6 +215,7 @@ async fn change_group<S: OperatorStore>(
     if args.batch == 0 {
         return Err(Failure::Usage("--batch must be at least 1".to_owned()));
     }
+    let mut group = group;
     if !args.yes {
         confirm(&format!(
             "{} {} failed {} task(s) of group {id} ({})?",
@@ -223,6 +224,18 @@ async fn change_group<S: OperatorStore>(
             group.kind,
             group.class
         ))?;
+        // The question may have waited: act only on the tasks confirmed.
+        let now = failure_groups(store, &TaskFilter::new()).await?;
+        match now.into_iter().find(|now| now.id == id) {
+            Some(now) if now.fingerprint() == group.fingerprint() => group = now,
+            now => {
+                return Err(Failure::Refused(format!(
+                    "failure group {id} changed while you were asked (it now holds {} task(s)): \
+                     nothing changed; run the command again",
+                    now.map_or(0, |now| now.count())
+                )));
+            }
+        }
     }
     let mut changed = 0;
     for ids in group.ids.chunks(args.batch) {

@@ -156,7 +156,22 @@ async fn a_failure_group_is_discarded_after_its_confirmation() {
     let (status, _) = http(&base, "POST", &path, &[FORM], "");
     assert_eq!(status, 403, "no token");
     let token = page_token(&base);
-    let (status, _) = http(&base, "POST", &path, &[FORM], &format!("csrf={token}"));
+    let start = confirm.find("name=\"tasks\" value=\"").unwrap() + "name=\"tasks\" value=\"".len();
+    let confirmed = confirm[start..start + 16].to_owned();
+
+    // A task failed into the group after the page was read: the confirmed
+    // action is refused, nothing changes, and the page says so.
+    let late = crate::support::fail_with(&db, &["timeout after 9s"])
+        .await
+        .unwrap()[0];
+    let form = format!("csrf={token}&tasks={confirmed}");
+    let (status, changed) = http(&base, "POST", &path, &[FORM], &form);
+    assert_eq!(status, 409, "{changed}");
+    assert!(changed.contains("it now holds 3 task(s)"), "{changed}");
+    assert_eq!(db.store().stats().await.unwrap().failed, 3);
+    db.store().discard(late).await.unwrap();
+
+    let (status, _) = http(&base, "POST", &path, &[FORM], &form);
     assert_eq!(status, 303);
     for id in ids {
         assert_eq!(db.store().get(id).await.unwrap().status, Status::Discarded);

@@ -37,6 +37,27 @@ impl FailureGroup {
     pub fn count(&self) -> usize {
         self.ids.len()
     }
+
+    /// 16 hex digits of a hash of the group's task ids: the same while the
+    /// group holds the same tasks. A confirmation carries it, so an action
+    /// confirmed for some tasks is refused when the group has changed since
+    /// (tasks requeued by someone else, or failed into it).
+    pub fn fingerprint(&self) -> String {
+        let mut hash = FNV_OFFSET;
+        for id in &self.ids {
+            for byte in id.get().to_le_bytes() {
+                hash = fnv(hash, byte);
+            }
+        }
+        format!("{hash:016x}")
+    }
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// One step of 64-bit FNV-1a.
+fn fnv(hash: u64, byte: u8) -> u64 {
+    (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
 }
 
 /// The tasks read per page while grouping.
@@ -119,10 +140,12 @@ pub async fn failure_groups<S: Maintenance>(
 pub const UNREADABLE: &str = "(unreadable)";
 
 /// `error` with what differs between tasks failing for one cause folded:
-/// quoted values (`'...'`, `"..."`, `` `...` ``) become `'…'`, and runs of
-/// digits, with the letters and dashes of the word they are in (ids, UUIDs,
-/// hashes, addresses, durations), become `#`. Whitespace runs become one
-/// space.
+/// a quoted value without spaces (`'...'`, `"..."`, `` `...` ``: an id, a
+/// name, a region) becomes `'…'`, while a quoted phrase (`"card
+/// declined"`) stays, as it tells causes apart; a word holding a digit
+/// (ids, numbers, UUIDs, addresses, durations, times) becomes `#`;
+/// whitespace runs become one space. An apostrophe inside a word
+/// (`couldn't`) opens no quote.
 ///
 /// ```
 /// use diesel_outbox_core::error_class;
@@ -135,51 +158,52 @@ pub const UNREADABLE: &str = "(unreadable)";
 ///     error_class("HTTP 503 from 10.0.4.17:8080 (request 9f1c2a7e-44b1-4c1e-9d2e-0a1b2c3d4e5f)"),
 ///     "HTTP # from #.#.#.#:# (request #)",
 /// );
+/// assert_eq!(
+///     error_class(r#"HTTP 400 {"error":"card declined"}"#),
+///     r#"HTTP # {"…":"card declined"}"#,
+/// );
 /// ```
 pub fn error_class(error: &str) -> String {
+    let is_word = |c: char| c.is_alphanumeric() || c == '-' || c == '_';
     let mut class = String::with_capacity(error.len());
-    let mut chars = error.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' | '"' | '`' => {
-                // A quoted value, up to the same quote; an unclosed quote
-                // is kept as it is.
-                let rest: String = chars.clone().collect();
-                match rest.find(c) {
-                    Some(end) => {
-                        class.push(c);
-                        class.push('…');
-                        class.push(c);
-                        for _ in 0..rest[..end].chars().count() + 1 {
-                            chars.next();
-                        }
-                    }
-                    None => class.push(c),
-                }
+    let mut rest = error;
+    let mut previous: Option<char> = None;
+    while let Some(c) = rest.chars().next() {
+        let after = &rest[c.len_utf8()..];
+        if matches!(c, '\'' | '"' | '`')
+            && !previous.is_some_and(char::is_alphanumeric)
+            && let Some(end) = after.find(c)
+        {
+            let value = &after[..end];
+            if value.contains(char::is_whitespace) {
+                class.push(c);
+                class.push_str(&error_class(value));
+                class.push(c);
+            } else {
+                class.push(c);
+                class.push('…');
+                class.push(c);
             }
-            c if c.is_whitespace() => {
-                while chars.peek().is_some_and(|next| next.is_whitespace()) {
-                    chars.next();
-                }
-                class.push(' ');
+            rest = &after[end + c.len_utf8()..];
+            previous = Some(c);
+        } else if c.is_whitespace() {
+            class.push(' ');
+            rest = after.trim_start();
+            previous = Some(' ');
+        } else if is_word(c) {
+            let end = rest.find(|c: char| !is_word(c)).unwrap_or(rest.len());
+            let word = &rest[..end];
+            if word.contains(|c: char| c.is_ascii_digit()) {
+                class.push('#');
+            } else {
+                class.push_str(word);
             }
-            c if c.is_alphanumeric() || c == '-' || c == '_' => {
-                let mut word = String::from(c);
-                while let Some(&next) = chars.peek() {
-                    if next.is_alphanumeric() || next == '-' || next == '_' {
-                        word.push(next);
-                        chars.next();
-                    } else {
-                        break;
-                    }
-                }
-                if word.chars().any(|c| c.is_ascii_digit()) {
-                    class.push('#');
-                } else {
-                    class.push_str(&word);
-                }
-            }
-            c => class.push(c),
+            previous = word.chars().last();
+            rest = &rest[end..];
+        } else {
+            class.push(c);
+            previous = Some(c);
+            rest = after;
         }
     }
     class.trim().to_owned()
@@ -188,11 +212,11 @@ pub fn error_class(error: &str) -> String {
 /// 12 hex digits of a 64-bit FNV-1a hash of the kind and the class: the
 /// same in every run and every version of this crate that folds alike.
 fn group_id(kind: &str, class: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in kind.bytes().chain([0]).chain(class.bytes()) {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
+    let hash = kind
+        .bytes()
+        .chain([0])
+        .chain(class.bytes())
+        .fold(FNV_OFFSET, fnv);
     format!("{:012x}", hash >> 16)
 }
 
@@ -210,9 +234,35 @@ mod tests {
     }
 
     #[test]
+    fn apostrophes_in_words_open_no_quote_and_phrases_stay() {
+        assert_eq!(
+            error_class("couldn't find 'bob' here"),
+            "couldn't find '…' here"
+        );
+        assert_ne!(
+            error_class(r#"{"error":"card declined"}"#),
+            error_class(r#"{"error":"amount too large"}"#)
+        );
+        assert_eq!(
+            error_class("payment 'p-1' says \"limit 500 reached\""),
+            "payment '…' says \"limit # reached\""
+        );
+    }
+
+    #[test]
+    fn a_long_error_full_of_quotes_is_folded() {
+        let error = "'a' ".repeat(1024) + &"'".repeat(4096);
+        let class = error_class(&error);
+        assert!(class.starts_with("'…' '…'"), "{class}");
+    }
+
+    #[test]
     fn whitespace_is_folded_and_unclosed_quotes_kept() {
         assert_eq!(error_class("  it's\n\tbroken  "), "it's broken");
-        assert_eq!(error_class("say \"hi\" then `ls -l`"), "say \"…\" then `…`");
+        assert_eq!(
+            error_class("say \"hi\" then `ls -l`"),
+            "say \"…\" then `ls -l`"
+        );
         assert_eq!(error_class(""), "");
     }
 

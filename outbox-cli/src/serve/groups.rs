@@ -95,6 +95,26 @@ pub(super) async fn act<S: OperatorStore>(
         Ok(None) => return gone(&id),
         Err(error) => return failed(&error),
     };
+    // Only the tasks the operator confirmed: a group that changed since
+    // its confirmation page was read is shown again, not acted on.
+    let confirmed = form
+        .as_ref()
+        .ok()
+        .and_then(|Form(fields)| fields.get("tasks"));
+    if confirmed != Some(&group.fingerprint()) {
+        return (
+            StatusCode::CONFLICT,
+            Html(pages::problem(
+                "the group changed",
+                &format!(
+                    "Failure group {id} changed since you confirmed: it now holds {} task(s). \
+                     Nothing was changed; open /groups/{id}/{verb} to review it again.",
+                    group.count()
+                ),
+            )),
+        )
+            .into_response();
+    }
     let mut changed = 0;
     for ids in group.ids.chunks(BATCH) {
         let done = match verb {

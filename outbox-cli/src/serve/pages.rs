@@ -309,6 +309,7 @@ pub(crate) fn group_confirm(
          <tr><th>latest</th><td class=\"error\">{example}</td></tr></table>\
          <form method=\"post\" action=\"/groups/{id}/{verb}\">\
          <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
+         <input type=\"hidden\" name=\"tasks\" value=\"{fingerprint}\">\
          <button type=\"submit\" id=\"confirm-{verb}\">{verb} {count} task(s)</button></form> \
          <a href=\"/\" id=\"cancel\">cancel</a>",
         count = group.count(),
@@ -317,6 +318,7 @@ pub(crate) fn group_confirm(
         class = escape(&group.class),
         example = escape(&render::short_error(&group.example, 500)),
         token = escape(token),
+        fingerprint = group.fingerprint(),
     );
     frame.page(&format!("{verb} a failure group"), &body, false)
 }
