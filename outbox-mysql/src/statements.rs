@@ -415,13 +415,13 @@ FROM outbox_relays WHERE expires_at >= UTC_TIMESTAMP(6) - INTERVAL 1 DAY ORDER B
 pub(crate) const COUNT_SUCCEEDED: &str =
     "SELECT 'succeeded' AS status, COUNT(*) AS n FROM outbox_tasks WHERE status = 'succeeded'";
 
-/// The ages [`Stats::set_ages_us`] takes, each through its status's index:
+/// The ages [`Ages::from_us`] takes, each through its status's index:
 /// how long the available task first in claim order and the waiting task
 /// due first have been due (negative: not yet), and how long the running
 /// task whose lease ends first has been claimed. One row, `NULL` where no
 /// task has that status.
 ///
-/// [`Stats::set_ages_us`]: diesel_outbox_core::Stats::set_ages_us
+/// [`Ages::from_us`]: diesel_outbox_core::Ages::from_us
 pub(crate) const AGES: &str = "\
 SELECT
     (SELECT TIMESTAMPDIFF(MICROSECOND, next_attempt_at, UTC_TIMESTAMP(6))

@@ -273,13 +273,13 @@ pub(crate) const COUNTS: &str = "\
 SELECT status, COUNT(*) AS n FROM outbox_tasks INDEXED BY outbox_tasks_claim_idx
 GROUP BY status";
 
-/// The instants behind [`Stats::set_ages_us`]'s ages, each through its
+/// The instants behind [`Ages::from_us`]'s ages, each through its
 /// status's index: when the available task first in claim order and the
 /// waiting task due first became (or become) due, and when the running
 /// task whose lease ends first was claimed. One row, `NULL` where no task
 /// has that status.
 ///
-/// [`Stats::set_ages_us`]: diesel_outbox_core::Stats::set_ages_us
+/// [`Ages::from_us`]: diesel_outbox_core::Ages::from_us
 pub(crate) const AGES: &str = "\
 SELECT
     (SELECT next_attempt_at FROM outbox_tasks INDEXED BY outbox_tasks_claim_idx
