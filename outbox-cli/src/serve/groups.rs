@@ -79,12 +79,7 @@ pub(super) async fn act<S: OperatorStore>(
     headers: HeaderMap,
     form: Result<Form<HashMap<String, String>>, FormRejection>,
 ) -> Response {
-    let sent = form
-        .as_ref()
-        .ok()
-        .and_then(|Form(fields)| fields.get("csrf"))
-        .map(String::as_str);
-    if let Some(reason) = guard::refuse_post(&headers, &app.token, sent) {
+    if let Some(reason) = guard::refuse_form(&headers, &app.token, &form) {
         return refused(reason);
     }
     let Some(verb) = action(&verb) else {

@@ -3,7 +3,12 @@
 
 use std::fmt::Write as _;
 
-use axum::http::{HeaderMap, header};
+use std::collections::HashMap;
+
+use axum::{
+    extract::{Form, rejection::FormRejection},
+    http::{HeaderMap, header},
+};
 
 /// The token every form carries and every POST must send back: 32 random
 /// bytes, hex, drawn when the process starts.
@@ -113,6 +118,21 @@ pub(crate) fn refuse_post(
         Some(_) => Some("wrong CSRF token"),
         None => Some("missing CSRF token"),
     }
+}
+
+/// [`refuse_post`] for a POSTed form, whose `csrf` field carries the
+/// token; a form that could not be read carries none.
+pub(crate) fn refuse_form(
+    headers: &HeaderMap,
+    token: &CsrfToken,
+    form: &Result<Form<HashMap<String, String>>, FormRejection>,
+) -> Option<&'static str> {
+    let sent = form
+        .as_ref()
+        .ok()
+        .and_then(|Form(fields)| fields.get("csrf"))
+        .map(String::as_str);
+    refuse_post(headers, token, sent)
 }
 
 #[cfg(test)]
