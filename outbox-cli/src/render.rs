@@ -24,8 +24,8 @@ pub(crate) fn age(age: Option<std::time::Duration>) -> String {
     )
 }
 
-/// The stats as JSON: one field per status, `backlog`,
-/// `oldest_due_age_seconds` (null when nothing is due) and
+/// The stats as JSON: one field per status, `backlog`, `live_relays`,
+/// `stopped_keys`, `oldest_due_age_seconds` (null when nothing is due) and
 /// `oldest_running_age_seconds` (null when nothing runs).
 pub(crate) fn stats_json(stats: &Stats) -> Value {
     let mut object = serde_json::Map::new();
@@ -34,6 +34,7 @@ pub(crate) fn stats_json(stats: &Stats) -> Value {
     }
     object.insert("backlog".to_owned(), json!(stats.backlog()));
     object.insert("live_relays".to_owned(), json!(stats.live_relays));
+    object.insert("stopped_keys".to_owned(), json!(stats.stopped_keys));
     for (name, age) in [
         ("oldest_due_age_seconds", stats.oldest_due_age),
         ("oldest_running_age_seconds", stats.oldest_running_age),
@@ -122,6 +123,7 @@ pub(crate) fn stats_table(stats: &Stats) -> String {
     rows.push(["oldest due".to_owned(), age(stats.oldest_due_age)]);
     rows.push(["oldest running".to_owned(), age(stats.oldest_running_age)]);
     rows.push(["live relays".to_owned(), stats.live_relays.to_string()]);
+    rows.push(["stopped keys".to_owned(), stats.stopped_keys.to_string()]);
     table(&["STATUS", "TASKS"], &rows)
 }
 

@@ -185,6 +185,11 @@ async fn a_blocked_task_links_to_the_head_it_waits_behind() {
         !head.contains("blocked-by"),
         "the head waits for nothing: {head}"
     );
+    let (_, front) = http(&base, "GET", "/", &[], "");
+    assert!(
+        front.contains("<td id=\"stopped-keys\"><a href=\"/tasks?status=failed\">1</a></td>"),
+        "the stopped key is counted and linked: {front}"
+    );
 }
 
 /// Every 4xx answers an HTML page in the dashboard's layout.

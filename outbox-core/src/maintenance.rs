@@ -47,6 +47,12 @@ pub struct Stats {
     pub oldest_running_age: Option<Duration>,
     /// Relays whose heartbeats still count ([`Maintenance::relays`]).
     pub live_relays: u64,
+    /// Ordering keys stopped by a failed head: keys whose oldest open task
+    /// failed for good while later tasks of the key wait behind it. They
+    /// stay stopped until an operator requeues or discards the head; any
+    /// value above zero for long is worth a look (unlike `blocked`, which
+    /// healthy ordered traffic keeps above zero).
+    pub stopped_keys: u64,
 }
 
 impl Stats {

@@ -30,7 +30,7 @@ const RULES: &str = include_str!("../../../monitoring/prometheus/outbox-rules.ym
 const DASHBOARD: &str = include_str!("../../../monitoring/grafana/outbox-dashboard.json");
 
 /// The gauge a relay sets last when it publishes its stats.
-const LAST_STATS_GAUGE: &str = "outbox_oldest_running_age_seconds";
+const LAST_STATS_GAUGE: &str = "outbox_keys_stopped";
 
 /// The Prometheus recorder, telling `published` when a relay has set
 /// [`LAST_STATS_GAUGE`].

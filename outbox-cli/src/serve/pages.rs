@@ -159,7 +159,7 @@ fn stats_table(stats: &Stats) -> String {
         let _ = write!(html, "<th>{status}</th>");
     }
     html.push_str(
-        "<th>backlog</th><th>oldest due</th><th>oldest running</th><th>live relays</th></tr><tr>",
+        "<th>backlog</th><th>oldest due</th><th>oldest running</th><th>live relays</th><th>stopped keys</th></tr><tr>",
     );
     for (status, count) in stats.by_status() {
         let _ = write!(html, "<td id=\"count-{status}\">{count}</td>");
@@ -167,11 +167,15 @@ fn stats_table(stats: &Stats) -> String {
     let _ = write!(
         html,
         "<td>{}</td><td id=\"oldest-due\">{}</td><td id=\"oldest-running\">{}</td>\
-         <td id=\"live-relays\">{}</td></tr></table>",
+         <td id=\"live-relays\">{}</td><td id=\"stopped-keys\">{}</td></tr></table>",
         stats.backlog(),
         crate::render::age(stats.oldest_due_age),
         crate::render::age(stats.oldest_running_age),
         stats.live_relays,
+        match stats.stopped_keys {
+            0 => "0".to_owned(),
+            n => format!("<a href=\"/tasks?status=failed\">{n}</a>"),
+        },
     );
     html
 }

@@ -3,7 +3,7 @@ use metrics::{Level, Metadata, Unit};
 
 /// Every metric this crate reports: name, unit and what it means, as in the
 /// table in [`telemetry`](crate::telemetry).
-pub const METRICS: [(&str, Unit, &str); 16] = [
+pub const METRICS: [(&str, Unit, &str); 17] = [
     ("outbox_enqueued_total", Unit::Count, "tasks enqueued"),
     ("outbox_sent_total", Unit::Count, "attempts that succeeded"),
     (
@@ -57,6 +57,11 @@ pub const METRICS: [(&str, Unit, &str); 16] = [
         "relays whose heartbeats still count, as the relay last read them",
     ),
     (
+        "outbox_keys_stopped",
+        Unit::Count,
+        "ordering keys whose head failed for good with later tasks waiting behind it, as the relay last counted",
+    ),
+    (
         "outbox_promoted_total",
         Unit::Count,
         "waiting tasks made available once due",
@@ -95,6 +100,7 @@ pub fn describe() {
             | "outbox_oldest_due_age_seconds"
             | "outbox_oldest_running_age_seconds"
             | "outbox_relays_live"
+            | "outbox_keys_stopped"
             | "outbox_relay_unwritten" => {
                 metrics::describe_gauge!(name, unit, description);
             }
@@ -129,6 +135,7 @@ pub(crate) fn stats(stats: &crate::Stats) {
     metrics::gauge!("outbox_oldest_due_age_seconds").set(seconds(stats.oldest_due_age));
     metrics::gauge!("outbox_oldest_running_age_seconds").set(seconds(stats.oldest_running_age));
     metrics::gauge!("outbox_relays_live").set(stats.live_relays as f64);
+    metrics::gauge!("outbox_keys_stopped").set(stats.stopped_keys as f64);
 }
 
 /// Counts the moves of one maintenance step.

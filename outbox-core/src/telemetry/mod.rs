@@ -22,6 +22,7 @@
 //! | `outbox_oldest_due_age_seconds` | gauge | | how long the task due longest has waited to be sent, as the relay last read it (0: none due) |
 //! | `outbox_oldest_running_age_seconds` | gauge | | how long the running task whose lease ends first has been claimed, as the relay last read it (0: none running) |
 //! | `outbox_relays_live` | gauge | | relays whose heartbeats still count, as the relay last read them |
+//! | `outbox_keys_stopped` | gauge | | ordering keys whose head failed for good with later tasks waiting behind it, as the relay last counted |
 //! | `outbox_promoted_total` | counter | | waiting tasks made available once due |
 //! | `outbox_rescued_total` | counter | | running tasks whose lease lapsed, made available again (or failed when out of attempts) |
 //! | `outbox_relay_unwritten` | gauge | | finished results waiting for their write |

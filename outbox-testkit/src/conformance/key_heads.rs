@@ -97,8 +97,10 @@ pub async fn a_failed_head_blocks_its_key_and_no_other<B: TestBackend>(
     }
     let stats = db.store().stats().await?;
     assert_eq!((stats.failed, stats.blocked), (1, 2), "{stats:?}");
+    assert_eq!(stats.stopped_keys, 1, "key a is stopped: {stats:?}");
 
     db.store().discard(ids[0]).await?;
+    assert_eq!(db.store().stats().await?.stopped_keys, 0);
     assert_eq!(
         statuses(db, &ids[..3]).await?,
         [Discarded, Available, Blocked]
@@ -443,5 +445,7 @@ pub async fn stats_count_every_status<B: TestBackend>(db: &B) -> anyhow::Result<
     }
     assert_eq!(stats.backlog(), 4);
     assert!(stats.oldest_due_age.is_some());
+    // Key k waits behind its running head: not stopped.
+    assert_eq!(stats.stopped_keys, 0, "{stats:?}");
     Ok(())
 }
