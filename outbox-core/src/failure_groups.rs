@@ -65,9 +65,9 @@ const PAGE: u32 = 500;
 
 /// The failed tasks `filter` matches (its status, if any, is replaced by
 /// failed), grouped by kind and [`error_class`], the largest group first.
-/// Reads every matching failed task, [`PageRequest::MAX_LIMIT`] or fewer
-/// at a time; a row that cannot be read is grouped under the kind
-/// `(unreadable)` by its reason.
+/// Reads every matching failed task without its payload, 500 at a time;
+/// a row that cannot be read is grouped under the kind `(unreadable)` by
+/// its reason.
 ///
 /// ```no_run
 /// # async fn demo(store: impl diesel_outbox_core::Maintenance) -> diesel_outbox_core::Result<()> {
@@ -85,7 +85,9 @@ pub async fn failure_groups<S: Maintenance>(
 ) -> Result<Vec<FailureGroup>> {
     let filter = filter.clone().status(Status::Failed);
     let mut groups: HashMap<(String, String), FailureGroup> = HashMap::new();
-    let mut request = PageRequest::first(PAGE)?.order(Order::OldestFirst);
+    let mut request = PageRequest::first(PAGE)?
+        .order(Order::OldestFirst)
+        .without_payloads();
     loop {
         let page = store.list(&filter, &request).await?;
         for listed in page.rows() {

@@ -83,6 +83,7 @@ pub struct PageRequest {
     after: Option<TaskId>,
     limit: u32,
     order: Order,
+    payloads: bool,
 }
 
 impl PageRequest {
@@ -103,6 +104,7 @@ impl PageRequest {
             after: None,
             limit,
             order: Order::NewestFirst,
+            payloads: true,
         })
     }
 
@@ -117,6 +119,20 @@ impl PageRequest {
     pub fn order(mut self, order: Order) -> Self {
         self.order = order;
         self
+    }
+
+    /// Reads the tasks without their payloads: every record's
+    /// `task.payload` comes back empty, every other field as stored. For
+    /// reads that look at everything but the payloads (grouping failures,
+    /// say), whose cost then does not grow with what the payloads weigh.
+    pub fn without_payloads(mut self) -> Self {
+        self.payloads = false;
+        self
+    }
+
+    /// Whether the page carries the tasks' payloads (the default).
+    pub fn payloads(&self) -> bool {
+        self.payloads
     }
 
     /// The cursor: the last id of the previous page.

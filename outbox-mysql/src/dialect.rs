@@ -231,6 +231,7 @@ impl Dialect for Mysql {
     type TaskRow = TaskRow;
 
     const NAME: &'static str = "MySQL";
+    const NO_BYTES: &'static str = "X''";
 
     /// Each connection is set to READ COMMITTED once, when it connects, so
     /// the store's transactions skip the round trip that sets it.

@@ -202,6 +202,10 @@ pub trait Dialect: Clone + Send + Sync + Sized + 'static {
     /// The backend's name in messages: `PostgreSQL`, `MySQL`, `SQLite`.
     const NAME: &'static str;
 
+    /// A literal of the payload column's type holding no bytes, which a
+    /// listing without payloads reads in the payload's place.
+    const NO_BYTES: &'static str;
+
     // ------------------------------------------------------------ setup
 
     /// A pool of up to `max_size` connections to `database_url` set up as

@@ -123,6 +123,7 @@ impl Dialect for Sqlite {
     type TaskRow = TaskRow;
 
     const NAME: &'static str = "SQLite";
+    const NO_BYTES: &'static str = "X''";
 
     /// Each connection opened by [`establish`](crate::establish). A few
     /// connections are plenty: writes take turns anyway, and reads (stats,

@@ -11,6 +11,22 @@ use crate::{CachedQuery, Dialect, ReadRow, SqlBackend, cached, uncached};
 /// One row by id.
 const GET: &str = "SELECT * FROM outbox_tasks WHERE id = ?";
 
+/// The failed heads that stop their key: failed tasks with an ordering key
+/// (a failed task holds its key) and tasks blocked behind them. Both
+/// sides read the indexes holding only failed and only blocked rows.
+const STOPPED_HEADS: &str = "\
+SELECT f.id FROM outbox_tasks f
+WHERE f.status = 'failed' AND f.ordering_key IS NOT NULL
+  AND EXISTS (SELECT 1 FROM outbox_tasks b
+              WHERE b.status = 'blocked' AND b.ordering_key = f.ordering_key)
+ORDER BY f.id";
+
+/// Every column of `outbox_tasks` but the payload, which `{no_bytes}` (the
+/// backend's empty bytes literal) stands in for.
+const WITHOUT_PAYLOAD: &str = "id, kind, version, {no_bytes} AS payload, headers, ordering_key, \
+dedup_key, status, attempts, released, max_attempts, next_attempt_at, lease_owner, \
+lease_expires_at, expires_at, last_error, created_at, updated_at, finished_at";
+
 /// A value a listing binds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Value<'f> {
@@ -98,16 +114,22 @@ pub async fn get<D: Dialect>(
     Ok(rows.into_iter().next().map(D::decode))
 }
 
-/// One page of the tasks `filter` matches; a row that cannot be read shows
-/// as such, never hiding the others.
+/// One page of the tasks `filter` matches, with their payloads unless
+/// `request` leaves them out; a row that cannot be read shows as such,
+/// never hiding the others.
 pub async fn page<D: Dialect>(
     dialect: &D,
     conn: &mut D::Conn,
     filter: &TaskFilter,
     request: &PageRequest,
 ) -> Result<Page> {
+    let columns = if request.payloads() {
+        "*".to_owned()
+    } else {
+        WITHOUT_PAYLOAD.replace("{no_bytes}", D::NO_BYTES)
+    };
     let (sql, values) = select(
-        "*",
+        &columns,
         filter,
         request.cursor(),
         request.ordering(),
@@ -122,6 +144,17 @@ pub async fn page<D: Dialect>(
         rows.into_iter().map(D::decode).collect(),
         request,
     ))
+}
+
+/// The failed tasks that stop their ordering key, lowest id first: each
+/// holds its key while later tasks of the key wait behind it
+/// ([`Stats::stopped_keys`](diesel_outbox_core::Stats::stopped_keys)
+/// counts them).
+pub async fn stopped_heads<D: Dialect>(dialect: &D, conn: &mut D::Conn) -> Result<Vec<TaskId>> {
+    let ids = D::Backend::ids(cached(&dialect.sql(STOPPED_HEADS)), conn)
+        .await
+        .map_err(D::error)?;
+    Ok(ids.into_iter().map(TaskId::new).collect())
 }
 
 /// Up to `limit` ids `filter` matches above `after`, lowest first.

@@ -193,6 +193,7 @@ macro_rules! conformance_tests {
             purge_keeps_a_failed_head,
             stats_count_every_status,
             listing_filters_combine_and_pages_cover_each_task_once,
+            listings_without_payloads_keep_every_other_field,
             bulk_requeue_takes_matching_failed_tasks_in_batches,
             bulk_discard_lets_ordering_keys_move_on,
             bulk_changes_take_more_ids_than_a_statement_binds,

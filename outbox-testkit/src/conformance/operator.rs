@@ -333,3 +333,51 @@ pub async fn bulk_changes_take_more_ids_than_a_statement_binds<B: TestBackend>(
     );
     Ok(())
 }
+
+/// A page read without payloads holds the same tasks, every field as the
+/// full page has it but the payload, which comes back empty; failure
+/// groups, which read that way, hold every failed task.
+pub async fn listings_without_payloads_keep_every_other_field<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    let heavy = vec![b'x'; 64 * 1024];
+    let ids = enqueue_committed(
+        db,
+        vec![
+            Task::new(KIND, 1, heavy.clone())
+                .ordering_key("k")
+                .dedup_key("d-1")
+                .header("tenant", "t-9")
+                .max_attempts(3),
+            task(1).ordering_key("k"),
+            Task::new(OTHER, 1, heavy).not_before(Utc::now() + TimeDelta::hours(1)),
+            task(3),
+        ],
+    )
+    .await?;
+    fail(db, &[ids[0], ids[3]]).await?;
+    let store = db.store();
+    for filter in [TaskFilter::new(), TaskFilter::new().status(Status::Failed)] {
+        let request = PageRequest::first(10)?.order(Order::OldestFirst);
+        let full = store.list(&filter, &request).await?;
+        let light = store.list(&filter, &request.without_payloads()).await?;
+        assert!(!full.records.is_empty(), "{filter:?}");
+        assert_eq!(light.records.len(), full.records.len(), "{filter:?}");
+        assert_eq!(light.next, full.next);
+        for (light, full) in light.records.iter().zip(&full.records) {
+            assert!(
+                light.task.payload.is_empty(),
+                "task {} kept its payload",
+                light.id
+            );
+            let mut expected = full.clone();
+            expected.task.payload = Vec::new();
+            assert_eq!(light, &expected);
+        }
+    }
+    let groups = diesel_outbox_core::failure_groups(store, &TaskFilter::new()).await?;
+    let mut grouped: Vec<TaskId> = groups.iter().flat_map(|g| g.ids.clone()).collect();
+    grouped.sort();
+    assert_eq!(grouped, [ids[0], ids[3]]);
+    Ok(())
+}
