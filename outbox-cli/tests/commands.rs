@@ -582,17 +582,40 @@ async fn groups<B: TestBackend>(db: &B, url: &str) -> anyhow::Result<()> {
     );
     assert_eq!(db.store().stats().await?.failed, 5);
 
+    // On a terminal, a group that changes while the question waits is left
+    // alone: the operator confirmed three tasks, not four.
+    let mut asked = crate::support::OnTerminal::start(url, &["discard", "--group", &declined])?;
+    asked.wait_for("[y/N]")?;
+    crate::support::fail_with(db, &["order 4444 declined by 'umbrella'"]).await?;
+    let (code, shown) = asked.answer("y")?;
+    assert_eq!(code, 4, "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "failure group {declined} changed while you were asked (it now holds 4 task(s))"
+        )),
+        "{shown}"
+    );
+    let stats = db.store().stats().await?;
+    assert_eq!((stats.failed, stats.discarded), (6, 0), "nothing changed");
+    // Answered no: nothing changes either.
+    let mut asked = crate::support::OnTerminal::start(url, &["discard", "--group", &declined])?;
+    asked.wait_for("discard 4 failed")?;
+    asked.wait_for("[y/N]")?;
+    let (code, shown) = asked.answer("n")?;
+    assert_eq!(code, 5, "{shown}");
+    assert_eq!(db.store().stats().await?.failed, 6);
+
     let requeued = outbox(url, &["requeue", "--group", &declined, "--yes", "--json"])
         .expect(0)
         .json();
-    assert_eq!(requeued["requeued"], 3, "{requeued}");
+    assert_eq!(requeued["requeued"], 4, "{requeued}");
     let discarded = outbox(url, &["discard", "--group", &timeouts, "--yes"]).expect(0);
     assert!(
         discarded.stdout.contains("discarded 2 task(s)"),
         "{discarded:?}"
     );
     let stats = db.store().stats().await?;
-    assert_eq!((stats.failed, stats.available, stats.discarded), (0, 3, 2));
+    assert_eq!((stats.failed, stats.available, stats.discarded), (0, 4, 2));
 
     let gone = outbox(url, &["requeue", "--group", &timeouts, "--yes"]).expect(3);
     assert!(gone.stderr.contains("no failure group"), "{gone:?}");

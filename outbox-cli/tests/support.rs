@@ -130,3 +130,87 @@ pub(crate) async fn seed<B: TestBackend>(
 
 /// The text of the failure the test handler injects.
 pub(crate) const INJECTED: &str = handler::INJECTED_PERMANENT_FAILURE;
+
+/// `outbox ARGS` run on a terminal of its own (a pseudo-terminal `script`
+/// opens), as an operator runs it: it asks its questions there, and the
+/// test answers them.
+pub(crate) struct OnTerminal {
+    child: std::process::Child,
+    output: std::sync::mpsc::Receiver<String>,
+    seen: String,
+}
+
+impl OnTerminal {
+    /// Starts `outbox ARGS` with `DATABASE_URL=url` on a terminal.
+    pub(crate) fn start(url: &str, args: &[&str]) -> anyhow::Result<Self> {
+        // `script` runs one shell command: quote every word for the shell.
+        let quoted: Vec<String> = std::iter::once(OUTBOX)
+            .chain(args.iter().copied())
+            .map(|word| format!("'{}'", word.replace('\'', r"'\''")))
+            .collect();
+        let mut child = Command::new("script")
+            .args([
+                "--quiet",
+                "--return",
+                "--command",
+                &quoted.join(" "),
+                "/dev/null",
+            ])
+            .env("DATABASE_URL", url)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let mut stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+        let (sender, output) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut stdout, &mut chunk) {
+                if sender
+                    .send(String::from_utf8_lossy(&chunk[..n]).into_owned())
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        Ok(Self {
+            child,
+            output,
+            seen: String::new(),
+        })
+    }
+
+    /// Waits (30 s at most) until the terminal shows `text`.
+    pub(crate) fn wait_for(&mut self, text: &str) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !self.seen.contains(text) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.output.recv_timeout(left) {
+                Ok(chunk) => self.seen.push_str(&chunk),
+                Err(_) => anyhow::bail!("the terminal never showed {text:?}: {:?}", self.seen),
+            }
+        }
+        Ok(())
+    }
+
+    /// Types `line` and Enter, then waits for the command to end: its exit
+    /// code and everything the terminal showed.
+    pub(crate) fn answer(mut self, line: &str) -> anyhow::Result<(i32, String)> {
+        let mut stdin = self
+            .child
+            .stdin
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("no stdin"))?;
+        std::io::Write::write_all(&mut stdin, format!("{line}\n").as_bytes())?;
+        let status = self.child.wait()?;
+        drop(stdin);
+        while let Ok(chunk) = self.output.recv() {
+            self.seen.push_str(&chunk);
+        }
+        Ok((status.code().unwrap_or(-1), self.seen))
+    }
+}

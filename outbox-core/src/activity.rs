@@ -1,5 +1,6 @@
-//! When a relay last claimed tasks and last wrote results back, kept by the
-//! claim loop and read by the maintenance task for each heartbeat.
+//! When a relay, or a worker's rounds, last claimed tasks and last wrote
+//! results back: kept by the claim loop (or the round) and read for each
+//! heartbeat.
 
 use std::{
     sync::atomic::{AtomicU64, Ordering},
@@ -10,17 +11,17 @@ use tokio::time::Instant;
 
 use crate::Heartbeat;
 
-/// The relay's start, and its last claim and write as microseconds after
+/// The start, and its last claim and write as microseconds after
 /// it (0: never), so the claim loop records them without a lock.
 #[derive(Debug)]
-pub(super) struct Activity {
+pub(crate) struct Activity {
     started: Instant,
     claimed: AtomicU64,
     wrote: AtomicU64,
 }
 
 impl Activity {
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             started: Instant::now(),
             claimed: AtomicU64::new(0),
@@ -36,17 +37,17 @@ impl Activity {
     }
 
     /// A claim took tasks.
-    pub(super) fn claimed(&self) {
+    pub(crate) fn claimed(&self) {
         self.claimed.store(self.now(), Ordering::Relaxed);
     }
 
     /// A write put results back.
-    pub(super) fn wrote(&self) {
+    pub(crate) fn wrote(&self) {
         self.wrote.store(self.now(), Ordering::Relaxed);
     }
 
-    /// The heartbeat of the relay whose worker is `owner`, as of now.
-    pub(super) fn heartbeat(&self, owner: &str) -> Heartbeat {
+    /// The heartbeat of the relay or worker named `owner`, as of now.
+    pub(crate) fn heartbeat(&self, owner: &str) -> Heartbeat {
         let now = self.now();
         let since = |at: &AtomicU64| match at.load(Ordering::Relaxed) {
             0 => None,

@@ -45,6 +45,7 @@
 //! # Ok::<(), diesel_outbox_core::Error>(())
 //! ```
 
+mod activity;
 mod attempt;
 mod batch_handler;
 mod claimed;

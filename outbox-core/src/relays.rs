@@ -2,8 +2,12 @@
 //! writes a [`Heartbeat`] into the outbox's `outbox_relays` table every
 //! [`BEAT_INTERVAL`], and deletes its row when it stops; operators read the
 //! rows back as [`RelaySeen`] ([`Maintenance::relays`](crate::Maintenance::relays)).
+//! A worker whose `retry_pending` rounds stand in for a relay writes its
+//! own with [`Worker::beat`].
 
 use std::time::Duration;
+
+use crate::{Error, Maintenance, Result, Worker};
 
 /// How often a relay writes its heartbeat.
 pub const BEAT_INTERVAL: Duration = Duration::from_secs(5);
@@ -120,4 +124,49 @@ fn host_name() -> String {
         .map(|name| name.trim().to_owned())
         .filter(|name| !name.is_empty())
         .unwrap_or_else(|| "unknown".to_owned())
+}
+
+impl<S: Maintenance> Worker<S> {
+    /// Records this worker's heartbeat in `outbox_relays`, as a relay does
+    /// every [`BEAT_INTERVAL`], counting as live for `ttl`: for services
+    /// that deliver with [`retry_pending`](Worker::retry_pending) rounds
+    /// instead of a relay, so that `outbox relays`, [`Stats::live_relays`]
+    /// and the dashboard show them. Call it after each round, with a `ttl`
+    /// a little above the time between rounds; the heartbeat says when the
+    /// worker's rounds last claimed tasks and wrote results. One small
+    /// write; rows whose heartbeats stopped a day ago are swept with it.
+    ///
+    /// The row stays until its time to live ends and is swept a day later;
+    /// a service that stops on purpose deletes it with
+    /// [`Maintenance::forget_relay`] and the worker's owner.
+    /// [`Error::InvalidArgument`] naming `ttl` unless it is positive and at
+    /// most [`MAX_DURATION`](crate::limits::MAX_DURATION).
+    ///
+    /// ```no_run
+    /// # async fn demo<S: diesel_outbox_core::Maintenance>(worker: diesel_outbox_core::Worker<S>) -> diesel_outbox_core::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// loop {
+    ///     worker.retry_pending(100).await?;
+    ///     worker.beat(Duration::from_secs(30)).await?;
+    ///     tokio::time::sleep(Duration::from_secs(10)).await;
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// [`Stats::live_relays`]: crate::Stats::live_relays
+    pub async fn beat(&self, ttl: Duration) -> Result<()> {
+        if ttl.is_zero() || ttl > crate::limits::MAX_DURATION {
+            return Err(Error::invalid(
+                "ttl",
+                format!(
+                    "must be positive and at most {:?}",
+                    crate::limits::MAX_DURATION
+                ),
+            ));
+        }
+        let mut beat = self.activity().heartbeat(&self.config().owner);
+        beat.ttl = ttl;
+        self.store().beat(&beat).await
+    }
 }

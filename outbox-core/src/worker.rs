@@ -13,6 +13,7 @@ use tracing::{Instrument, Span};
 use crate::{
     BatchRequest, ClaimOutcome, ClaimedTask, Error, LeaseRequest, OutboxId, Registry, Result,
     Status, Store, TaskId, WorkerConfig,
+    activity::Activity,
     attempt::run_handler,
     telemetry,
     transition::{self, Completion, Outcome},
@@ -49,6 +50,8 @@ struct Inner<S> {
     outbox: tokio::sync::OnceCell<OutboxId>,
     /// `config.owner`, shared by the fences of every claim.
     owner: Arc<str>,
+    /// When this worker's rounds last claimed and wrote, for its heartbeats.
+    activity: Activity,
 }
 
 /// Counts one `send_async` task while it lives, even if it panics or is aborted.
@@ -92,6 +95,7 @@ impl<S: Store> Worker<S> {
                 send_slots: Arc::new(Semaphore::new(config.concurrency)),
                 outbox: tokio::sync::OnceCell::new(),
                 owner: config.owner.as_str().into(),
+                activity: Activity::new(),
                 config,
             }),
         })
@@ -105,6 +109,11 @@ impl<S: Store> Worker<S> {
     /// The settings in use.
     pub fn config(&self) -> &WorkerConfig {
         &self.inner.config
+    }
+
+    /// When this worker's rounds last claimed and wrote.
+    pub(crate) fn activity(&self) -> &Activity {
+        &self.inner.activity
     }
 
     pub(crate) fn registry(&self) -> &Registry {

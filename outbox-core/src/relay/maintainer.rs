@@ -12,8 +12,8 @@ use std::{sync::Arc, time::Duration};
 use tokio::{sync::Notify, time::Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::{RelayConfig, activity::Activity, later};
-use crate::{BEAT_INTERVAL, Maintenance, Worker, telemetry};
+use super::{RelayConfig, later};
+use crate::{BEAT_INTERVAL, Maintenance, Worker, activity::Activity, telemetry};
 
 /// The most purge statements (of `purge_batch` rows each) between two
 /// promotion and rescue steps. A backlog of finished rows to purge (when

@@ -9,7 +9,6 @@
 //! claim. Any number of relays may run, in one process or many, without a
 //! distributed lock: claims never overlap and completion writes are fenced.
 
-mod activity;
 mod config;
 mod cursor;
 mod inflight;

@@ -13,7 +13,6 @@ use tracing::{Instrument, Span};
 
 use super::{
     RelayConfig, RelayReport,
-    activity::Activity,
     cursor::Cursor,
     inflight::Inflight,
     later,
@@ -22,7 +21,8 @@ use super::{
     writer::{ResultWriter, Written},
 };
 use crate::{
-    BatchRequest, ClaimedTask, Maintenance, Result, TaskId, Wakeups, Worker, telemetry, transition,
+    BatchRequest, ClaimedTask, Maintenance, Result, TaskId, Wakeups, Worker, activity::Activity,
+    telemetry, transition,
 };
 
 /// After a wake-up stream ended, the relay subscribes again no sooner than

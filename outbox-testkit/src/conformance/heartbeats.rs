@@ -117,3 +117,40 @@ pub async fn a_relay_beats_while_it_runs_and_forgets_its_row_when_stopped<B: Tes
     );
     Ok(())
 }
+
+/// A worker delivering with `retry_pending` rounds writes its heartbeat
+/// when asked: live for the time to live it gives, with its last claim and
+/// write once a round has run tasks; a time to live of zero is refused by
+/// name, and writes nothing.
+pub async fn a_worker_beats_beside_its_rounds<B: TestBackend>(db: &B) -> anyhow::Result<()> {
+    let (mock, handle) = handler::recording();
+    let worker = worker(db, registry(mock)?, config("rounds-1"))?;
+    let refused = worker
+        .beat(Duration::ZERO)
+        .await
+        .err()
+        .ok_or_else(|| anyhow::anyhow!("a time to live of zero was taken"))?;
+    assert_eq!(refused.field(), Some("ttl"), "{refused}");
+    assert!(db.store().relays().await?.is_empty());
+
+    worker.beat(Duration::from_secs(60)).await?;
+    let relays = db.store().relays().await?;
+    let idle = seen(&relays, "rounds-1").expect("the worker's row");
+    assert!(idle.live, "{idle:?}");
+    assert_eq!((idle.since_claim, idle.since_write), (None, None));
+
+    enqueue_committed(db, vec![task(1), task(2)]).await?;
+    let report = worker.retry_pending(10).await?;
+    assert_eq!(report.succeeded, 2);
+    assert_eq!(handle.succeeded_ids().len(), 2);
+    worker.beat(Duration::from_secs(60)).await?;
+    let relays = db.store().relays().await?;
+    let busy = seen(&relays, "rounds-1").expect("the worker's row");
+    assert!(about(busy.since_claim, Duration::ZERO), "{busy:?}");
+    assert!(about(busy.since_write, Duration::ZERO), "{busy:?}");
+    assert_eq!(db.store().stats().await?.live_relays, 1);
+
+    db.store().forget_relay(&worker.config().owner).await?;
+    assert!(db.store().relays().await?.is_empty());
+    Ok(())
+}

@@ -159,6 +159,7 @@ macro_rules! conformance_tests {
             stats_age_the_oldest_due_and_running_tasks,
             heartbeats_record_live_relays_and_forget_stopped_ones,
             a_relay_beats_while_it_runs_and_forgets_its_row_when_stopped,
+            a_worker_beats_beside_its_rounds,
             relay_wakes_for_the_next_due_retry,
             send_async_returns_at_once,
             hanging_handler_is_cut_at_the_timeout,
