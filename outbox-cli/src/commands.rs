@@ -82,7 +82,8 @@ async fn stats<S: OperatorStore>(store: &S, out: Output) -> Result<(), Failure> 
 }
 
 async fn list<S: OperatorStore>(store: &S, args: &ListArgs, out: Output) -> Result<(), Failure> {
-    let mut request = PageRequest::first(args.limit)?;
+    // A listing shows no payload (`show` does).
+    let mut request = PageRequest::first(args.limit)?.without_payloads();
     if args.oldest_first {
         request = request.order(Order::OldestFirst);
     }

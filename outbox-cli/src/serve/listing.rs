@@ -84,7 +84,8 @@ pub(super) async fn list<S: OperatorStore>(
                 .into_response();
         }
     };
-    let request = match PageRequest::first(PER_PAGE) {
+    // The table shows no payload: leave them in the database.
+    let request = match PageRequest::first(PER_PAGE).map(PageRequest::without_payloads) {
         Ok(request) => filters.after.map_or(request, |after| request.after(after)),
         Err(error) => return failed(&error),
     };

@@ -182,12 +182,15 @@ async fn index<S: OperatorStore>(
             .store
             .list(
                 &TaskFilter::new().status(Status::Failed),
-                &PageRequest::first(FAILED_ON_PAGE)?,
+                &PageRequest::first(FAILED_ON_PAGE)?.without_payloads(),
             )
             .await?;
         let recent = app
             .store
-            .list(&TaskFilter::new(), &PageRequest::first(RECENT_ON_PAGE)?)
+            .list(
+                &TaskFilter::new(),
+                &PageRequest::first(RECENT_ON_PAGE)?.without_payloads(),
+            )
             .await?;
         let groups = failure_groups(&app.store, &TaskFilter::new()).await?;
         let relays = app.store.relays().await?;
@@ -287,7 +290,9 @@ async fn blocked_by<S: OperatorStore>(
     let (Status::Blocked, Some(key)) = (record.status, &record.task.ordering_key) else {
         return Ok(None);
     };
-    let first = PageRequest::first(1)?.order(diesel_outbox_core::Order::OldestFirst);
+    let first = PageRequest::first(1)?
+        .order(diesel_outbox_core::Order::OldestFirst)
+        .without_payloads();
     let mut head: Option<(TaskId, Status)> = None;
     for status in [
         Status::Failed,
