@@ -113,6 +113,31 @@ pub trait Raw: TestBackend {
         prepare: Prepare,
     ) -> impl Future<Output = anyhow::Result<i64>> + Send;
 
+    /// The statements creating `minimal_queue`, the smallest job table a
+    /// user would write by hand instead of an outbox: five columns (id,
+    /// kind, payload, status, created), a primary key and an index of the
+    /// pending rows (partial where the backend has partial indexes).
+    const MINIMAL_QUEUE: &'static [&'static str];
+
+    /// Creates `minimal_queue` anew, empty.
+    fn create_minimal_queue(&self) -> impl Future<Output = anyhow::Result<()>> + Send {
+        async {
+            self.execute_sql("DROP TABLE IF EXISTS minimal_queue")
+                .await?;
+            for statement in Self::MINIMAL_QUEUE {
+                self.execute_sql(statement).await?;
+            }
+            Ok(())
+        }
+    }
+
+    /// Inserts one job into `minimal_queue` and reads its id back, the
+    /// statement prepared once per connection.
+    fn insert_queued(
+        conn: &mut Self::Conn,
+        payload: &[u8],
+    ) -> impl Future<Output = anyhow::Result<i64>> + Send;
+
     /// Inserts `payloads.len()` outbox rows in one statement and reads
     /// their ids back (`RETURNING id`, or on MySQL `LAST_INSERT_ID()`, the
     /// first id, which the others follow).

@@ -217,6 +217,32 @@ impl<N: TestNames> Raw for MysqlTestDbNamed<N> {
             .id)
     }
 
+    /// MySQL has no partial index: the pending rows' index leads with the
+    /// status, as the outbox's own does.
+    const MINIMAL_QUEUE: &'static [&'static str] = &[
+        "CREATE TABLE minimal_queue (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, \
+         kind VARCHAR(64) NOT NULL, payload LONGBLOB NOT NULL, \
+         status VARCHAR(16) NOT NULL DEFAULT 'pending', \
+         created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), \
+         KEY minimal_queue_pending_idx (status, id))",
+    ];
+
+    async fn insert_queued(conn: &mut AsyncMysqlConnection, payload: &[u8]) -> anyhow::Result<i64> {
+        diesel_outbox_sql::cached::<Mysql>(
+            "INSERT INTO minimal_queue (kind, payload) VALUES (?, ?)",
+        )
+        .bind::<diesel::sql_types::Text, _>("order.created")
+        .bind::<Blob, _>(payload)
+        .execute(&mut *conn)
+        .await?;
+        Ok(
+            diesel_outbox_sql::cached::<Mysql>("SELECT LAST_INSERT_ID() AS id")
+                .get_result::<Id>(conn)
+                .await?
+                .id,
+        )
+    }
+
     async fn insert_tasks(
         conn: &mut AsyncMysqlConnection,
         payloads: &[Vec<u8>],

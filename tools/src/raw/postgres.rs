@@ -121,6 +121,24 @@ impl<N: TestNames> Raw for PgTestDbNamed<N> {
             .id)
     }
 
+    const MINIMAL_QUEUE: &'static [&'static str] = &[
+        "CREATE TABLE minimal_queue (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, \
+         kind TEXT NOT NULL, payload BYTEA NOT NULL, status TEXT NOT NULL DEFAULT 'pending', \
+         created_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+        "CREATE INDEX minimal_queue_pending_idx ON minimal_queue (id) WHERE status = 'pending'",
+    ];
+
+    async fn insert_queued(conn: &mut AsyncPgConnection, payload: &[u8]) -> anyhow::Result<i64> {
+        Ok(diesel_outbox_sql::cached::<Pg>(
+            "INSERT INTO minimal_queue (kind, payload) VALUES ($1, $2) RETURNING id",
+        )
+        .bind::<Text, _>("order.created")
+        .bind::<Bytea, _>(payload)
+        .get_result::<Id>(conn)
+        .await?
+        .id)
+    }
+
     async fn insert_tasks(
         conn: &mut AsyncPgConnection,
         payloads: &[Vec<u8>],

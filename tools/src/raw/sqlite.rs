@@ -142,6 +142,28 @@ impl<N: TestNames> Raw for SqliteTestDbNamed<N> {
             .id)
     }
 
+    const MINIMAL_QUEUE: &'static [&'static str] = &[
+        "CREATE TABLE minimal_queue (id INTEGER PRIMARY KEY, \
+         kind TEXT NOT NULL, payload BLOB NOT NULL, status TEXT NOT NULL DEFAULT 'pending', \
+         created_at INTEGER NOT NULL \
+         DEFAULT (CAST(round((julianday('now') - 2440587.5) * 86400000000.0) AS INTEGER)))",
+        "CREATE INDEX minimal_queue_pending_idx ON minimal_queue (id) WHERE status = 'pending'",
+    ];
+
+    async fn insert_queued(
+        conn: &mut AsyncSqliteConnection,
+        payload: &[u8],
+    ) -> anyhow::Result<i64> {
+        Ok(diesel_outbox_sql::cached::<Sqlite>(
+            "INSERT INTO minimal_queue (kind, payload) VALUES (?, ?) RETURNING id",
+        )
+        .bind::<Text, _>("order.created")
+        .bind::<Binary, _>(payload)
+        .get_result::<Id>(conn)
+        .await?
+        .id)
+    }
+
     async fn insert_tasks(
         conn: &mut AsyncSqliteConnection,
         payloads: &[Vec<u8>],
