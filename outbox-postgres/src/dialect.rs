@@ -214,19 +214,7 @@ impl Dialect for Postgres {
         rows: &[Row],
         heads: &[bool],
     ) -> Result<Vec<Inserted>> {
-        insert::insert(conn, &self.names, rows, heads).await
-    }
-
-    /// With `NOTIFY` on, queues the notification PostgreSQL delivers at
-    /// commit (and drops on rollback).
-    async fn after_enqueue(&self, conn: &mut AsyncPgConnection) -> Result<()> {
-        if self.notify {
-            cached(&self.sql(sql::NOTIFY))
-                .execute(conn)
-                .await
-                .map_err(postgres_error)?;
-        }
-        Ok(())
+        insert::insert(conn, &self.names, rows, heads, self.notify).await
     }
 
     /// Exact counts but for succeeded rows on a large table, which come

@@ -32,21 +32,53 @@ pub(crate) fn prepare(task: Task) -> Result<Row> {
 
 /// Inserts every one of `rows` in one statement: one task by the single-row
 /// statements, a batch without `dedup_key`s by the insert shaped to it, any
-/// other batch by `INSERT_MANY`.
+/// other batch by `INSERT_MANY`. With `notify`, queues the notification
+/// that wakes relays at commit (and is dropped on rollback): inside the
+/// insert for a plain task, else by a statement of its own.
 pub(crate) async fn insert(
     conn: &mut AsyncPgConnection,
     names: &Names,
     rows: &[Row],
     heads: &[bool],
+    notify: bool,
 ) -> Result<Vec<Inserted>> {
-    match (rows, heads) {
-        ([row], [head]) => Ok(vec![one(conn, names, row, *head).await?]),
+    let (inserted, notified) = match (rows, heads) {
+        ([row], [head]) if notify && plain(&row.task) => {
+            (vec![plain_notifying(conn, names, row).await?], true)
+        }
+        ([row], [head]) => (vec![one(conn, names, row, *head).await?], false),
         _ if rows.iter().all(|row| row.task.dedup_key.is_none()) => {
             let ids = batch_insert::insert(conn, names, rows, heads).await?;
-            Ok(ids.into_iter().map(Inserted::New).collect())
+            (ids.into_iter().map(Inserted::New).collect(), false)
         }
-        _ => many(conn, names, rows, heads).await,
+        _ => (many(conn, names, rows, heads).await?, false),
+    };
+    if notify && !notified {
+        cached(&names.sql(sql::NOTIFY))
+            .execute(conn)
+            .await
+            .map_err(postgres_error)?;
     }
+    Ok(inserted)
+}
+
+/// Inserts a plain task ([`plain`]) and queues the relays' wake-up, in one
+/// statement.
+async fn plain_notifying(
+    conn: &mut AsyncPgConnection,
+    names: &Names,
+    row: &Row,
+) -> Result<Inserted> {
+    let task = &row.task;
+    let id: Id = cached(&names.sql(sql::INSERT_PLAIN_NOTIFY))
+        .bind::<Text, _>(&task.kind)
+        .bind::<Integer, _>(task.version)
+        .bind::<Bytea, _>(&task.payload)
+        .bind::<Jsonb, _>(&row.headers)
+        .get_result(conn)
+        .await
+        .map_err(postgres_error)?;
+    Ok(Inserted::New(TaskId::new(id.id)))
 }
 
 /// Whether `task` goes in with `INSERT_PLAIN`.

@@ -36,6 +36,14 @@ INSERT INTO outbox_tasks (kind, version, payload, headers, next_attempt_at, stat
 VALUES ($1, $2, $3, $4, now(), 'available')
 RETURNING id";
 
+/// [`INSERT_PLAIN`] that also queues [`NOTIFY`]'s notification, for a
+/// store that wakes relays at commit: one statement, one round trip, where
+/// a separate `NOTIFY` would add a second.
+pub(crate) const INSERT_PLAIN_NOTIFY: &str = "\
+INSERT INTO outbox_tasks (kind, version, payload, headers, next_attempt_at, status)
+VALUES ($1, $2, $3, $4, now(), 'available')
+RETURNING id, pg_notify('outbox_tasks', '') AS notified";
+
 /// Inserts many tasks, some with a `dedup_key`, in one statement. Ids are
 /// drawn from the table's sequence inside the statement, so each input row
 /// knows its own id whatever order PostgreSQL inserts in; rows skipped for

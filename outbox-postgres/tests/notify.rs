@@ -55,6 +55,43 @@ async fn notify_wakes_the_relay_long_before_its_poll() {
     );
 }
 
+/// Tasks that go in by other statements than the plain insert (an
+/// ordering key, a dedup key, a batch) wake the relay too: each committed
+/// while the relay sleeps through its 10 s poll is delivered at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_way_of_enqueueing_wakes_the_relay() {
+    let db = PgTestDb::create("notify_every_insert")
+        .await
+        .expect("test database");
+    let relay = relay_with_notify(&db).await;
+    let mut conn = db.connect().await.expect("connect");
+    let batches: [Vec<Task>; 3] = [
+        vec![Task::new("order.created", 1, "keyed").ordering_key("customer-1")],
+        vec![Task::new("order.created", 1, "deduplicated").dedup_key("order-1")],
+        (0..3)
+            .map(|n| Task::new("order.created", 1, format!("batch-{n}")))
+            .collect(),
+    ];
+    let mut delivered = 0;
+    for tasks in batches {
+        asleep_since_last_check(&mut conn).await;
+        let count = tasks.len();
+        conn.transaction::<_, anyhow::Error, _>(async |tx| {
+            Ok(relay.store.enqueue_many(tx, tasks).await?)
+        })
+        .await
+        .expect("enqueue");
+        delivered += count;
+        tokio::time::timeout(
+            Duration::from_secs(2),
+            relay.handle.wait_for_successes(delivered),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("task {delivered} waited for the 10 s poll"));
+    }
+    relay.stop().await;
+}
+
 /// A store with a table prefix notifies on its own tasks table's channel,
 /// and its relay listens there: a task committed while that relay sleeps
 /// through its 10 s poll is delivered at once.

@@ -274,20 +274,15 @@ pub trait Dialect: Clone + Send + Sync + Sized + 'static {
     /// [`transition::enqueued`](diesel_outbox_core::transition::enqueued)
     /// says for its `heads` entry, in the caller's transaction; returns what
     /// happened to each, in order. A `dedup_key` already held inserts
-    /// nothing and answers the holder.
+    /// nothing and answers the holder. A dialect that wakes relays at
+    /// commit (PostgreSQL's `NOTIFY`) queues the wake-up here too, in the
+    /// insert's own statement where it can.
     fn insert(
         &self,
         conn: &mut Self::Conn,
         rows: &[Self::Row],
         heads: &[bool],
     ) -> impl Future<Output = Result<Vec<Inserted>>> + Send;
-
-    /// Runs after an enqueue inside the caller's transaction (PostgreSQL
-    /// queues its `NOTIFY` here); nothing by default.
-    fn after_enqueue(&self, conn: &mut Self::Conn) -> impl Future<Output = Result<()>> + Send {
-        let _ = conn;
-        async { Ok(()) }
-    }
 
     // ------------------------------------------------------------ reads
 

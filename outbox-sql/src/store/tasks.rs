@@ -19,7 +19,6 @@ impl<D: Dialect> Store for SqlStore<D> {
                 .into_iter()
                 .next()
                 .ok_or_else(|| Error::database("an enqueue answered no id"))?;
-            self.dialect().after_enqueue(conn).await?;
             Ok(id)
         })
         .await
@@ -27,11 +26,7 @@ impl<D: Dialect> Store for SqlStore<D> {
 
     async fn enqueue_many(&self, conn: &mut D::Conn, tasks: Vec<Task>) -> Result<Vec<TaskId>> {
         telemetry::traced_enqueue_many(tasks, async |tasks| {
-            let ids = flows::enqueue::many(self.dialect(), conn, tasks).await?;
-            if !ids.is_empty() {
-                self.dialect().after_enqueue(conn).await?;
-            }
-            Ok(ids)
+            flows::enqueue::many(self.dialect(), conn, tasks).await
         })
         .await
     }
