@@ -43,9 +43,10 @@ pub(crate) async fn insert(
     notify: bool,
 ) -> Result<Vec<Inserted>> {
     let (inserted, notified) = match (rows, heads) {
-        ([row], [head]) if notify && plain(&row.task) => {
-            (vec![plain_notifying(conn, names, row).await?], true)
-        }
+        ([row], [_]) if notify && plain(&row.task) => (
+            vec![insert_plain(conn, names, row, sql::INSERT_PLAIN_NOTIFY).await?],
+            true,
+        ),
         ([row], [head]) => (vec![one(conn, names, row, *head).await?], false),
         _ if rows.iter().all(|row| row.task.dedup_key.is_none()) => {
             let ids = batch_insert::insert(conn, names, rows, heads).await?;
@@ -62,15 +63,16 @@ pub(crate) async fn insert(
     Ok(inserted)
 }
 
-/// Inserts a plain task ([`plain`]) and queues the relays' wake-up, in one
-/// statement.
-async fn plain_notifying(
+/// Inserts a plain task ([`plain`]) by `statement`: [`sql::INSERT_PLAIN`],
+/// or [`sql::INSERT_PLAIN_NOTIFY`], which queues the relays' wake-up too.
+async fn insert_plain(
     conn: &mut AsyncPgConnection,
     names: &Names,
     row: &Row,
+    statement: &'static str,
 ) -> Result<Inserted> {
     let task = &row.task;
-    let id: Id = cached(&names.sql(sql::INSERT_PLAIN_NOTIFY))
+    let id: Id = cached(&names.sql(statement))
         .bind::<Text, _>(&task.kind)
         .bind::<Integer, _>(task.version)
         .bind::<Bytea, _>(&task.payload)
@@ -96,15 +98,7 @@ async fn one(
 ) -> Result<Inserted> {
     let task = &row.task;
     if plain(task) {
-        let id: Id = cached(&names.sql(sql::INSERT_PLAIN))
-            .bind::<Text, _>(&task.kind)
-            .bind::<Integer, _>(task.version)
-            .bind::<Bytea, _>(&task.payload)
-            .bind::<Jsonb, _>(&row.headers)
-            .get_result(conn)
-            .await
-            .map_err(postgres_error)?;
-        return Ok(Inserted::New(TaskId::new(id.id)));
+        return insert_plain(conn, names, row, sql::INSERT_PLAIN).await;
     }
     // A dedup key held by a row that is purged between our conflict and our
     // lookup frees the key again, so a second insert settles it.
