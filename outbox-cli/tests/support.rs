@@ -131,19 +131,24 @@ pub(crate) async fn seed<B: TestBackend>(
 /// The text of the failure the test handler injects.
 pub(crate) const INJECTED: &str = handler::INJECTED_PERMANENT_FAILURE;
 
-/// `outbox ARGS` run on a terminal of its own (a pseudo-terminal `script`
-/// opens), as an operator runs it: it asks its questions there, and the
-/// test answers them.
+/// `outbox ARGS` run on a terminal of its own (a pseudo-terminal util-linux
+/// `script` opens), as an operator runs it: it asks its questions there,
+/// and the test answers them. Dropping it kills the command if it still
+/// runs.
 pub(crate) struct OnTerminal {
     child: std::process::Child,
-    output: std::sync::mpsc::Receiver<String>,
-    seen: String,
+    output: std::sync::mpsc::Receiver<Vec<u8>>,
+    seen: Vec<u8>,
 }
+
+/// How long a terminal is waited for, at most, before the test fails.
+const TERMINAL_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl OnTerminal {
     /// Starts `outbox ARGS` with `DATABASE_URL=url` on a terminal.
     pub(crate) fn start(url: &str, args: &[&str]) -> anyhow::Result<Self> {
-        // `script` runs one shell command: quote every word for the shell.
+        // `script` runs one command line with `$SHELL -c`: name a POSIX
+        // shell, whatever the user's is, and quote every word for it.
         let quoted: Vec<String> = std::iter::once(OUTBOX)
             .chain(args.iter().copied())
             .map(|word| format!("'{}'", word.replace('\'', r"'\''")))
@@ -156,11 +161,17 @@ impl OnTerminal {
                 &quoted.join(" "),
                 "/dev/null",
             ])
+            .env("SHELL", "/bin/sh")
             .env("DATABASE_URL", url)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
-            .spawn()?;
+            .spawn()
+            .map_err(|error| {
+                anyhow::anyhow!(
+                    "starting `script` (util-linux), which gives the command a terminal: {error}"
+                )
+            })?;
         let mut stdout = child
             .stdout
             .take()
@@ -169,10 +180,7 @@ impl OnTerminal {
         std::thread::spawn(move || {
             let mut chunk = [0u8; 4096];
             while let Ok(n @ 1..) = std::io::Read::read(&mut stdout, &mut chunk) {
-                if sender
-                    .send(String::from_utf8_lossy(&chunk[..n]).into_owned())
-                    .is_err()
-                {
+                if sender.send(chunk[..n].to_vec()).is_err() {
                     break;
                 }
             }
@@ -180,25 +188,40 @@ impl OnTerminal {
         Ok(Self {
             child,
             output,
-            seen: String::new(),
+            seen: Vec::new(),
         })
     }
 
-    /// Waits (30 s at most) until the terminal shows `text`.
+    /// What the terminal showed so far, as text.
+    fn shown(&self) -> String {
+        String::from_utf8_lossy(&self.seen).into_owned()
+    }
+
+    /// Waits ([`TERMINAL_WAIT`] at most) until the terminal shows `text`.
     pub(crate) fn wait_for(&mut self, text: &str) -> anyhow::Result<()> {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while !self.seen.contains(text) {
+        let deadline = std::time::Instant::now() + TERMINAL_WAIT;
+        while !self.shown().contains(text) {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match self.output.recv_timeout(left) {
-                Ok(chunk) => self.seen.push_str(&chunk),
-                Err(_) => anyhow::bail!("the terminal never showed {text:?}: {:?}", self.seen),
+                Ok(chunk) => self.seen.extend_from_slice(&chunk),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = self.child.wait()?;
+                    anyhow::bail!(
+                        "the command ended ({status}) without showing {text:?}: {:?}",
+                        self.shown()
+                    )
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    anyhow::bail!("the terminal never showed {text:?}: {:?}", self.shown())
+                }
             }
         }
         Ok(())
     }
 
-    /// Types `line` and Enter, then waits for the command to end: its exit
-    /// code and everything the terminal showed.
+    /// Types `line` and Enter, then waits ([`TERMINAL_WAIT`] at most) for
+    /// the command to end: its exit code and everything the terminal
+    /// showed.
     pub(crate) fn answer(mut self, line: &str) -> anyhow::Result<(i32, String)> {
         let mut stdin = self
             .child
@@ -206,11 +229,42 @@ impl OnTerminal {
             .take()
             .ok_or_else(|| anyhow::anyhow!("no stdin"))?;
         std::io::Write::write_all(&mut stdin, format!("{line}\n").as_bytes())?;
-        let status = self.child.wait()?;
+        let deadline = std::time::Instant::now() + TERMINAL_WAIT;
+        let status = loop {
+            if let Some(status) = self.child.try_wait()? {
+                break status;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self
+                .output
+                .recv_timeout(left.min(std::time::Duration::from_millis(50)))
+            {
+                Ok(chunk) => self.seen.extend_from_slice(&chunk),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            anyhow::ensure!(
+                !left.is_zero(),
+                "the command did not end after the answer {line:?}: {:?}",
+                self.shown()
+            );
+        };
         drop(stdin);
-        while let Ok(chunk) = self.output.recv() {
-            self.seen.push_str(&chunk);
+        // The reader ends at the terminal's end of file; wait for the rest.
+        while let Ok(chunk) = self.output.recv_timeout(TERMINAL_WAIT) {
+            self.seen.extend_from_slice(&chunk);
         }
-        Ok((status.code().unwrap_or(-1), self.seen))
+        Ok((status.code().unwrap_or(-1), self.shown()))
+    }
+}
+
+impl Drop for OnTerminal {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
