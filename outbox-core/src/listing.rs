@@ -87,7 +87,8 @@ pub struct PageRequest {
 }
 
 impl PageRequest {
-    /// The most tasks one page may hold: a page carries every task's payload.
+    /// The most tasks one page may hold: a page carries every task's payload
+    /// (unless read [without](Self::without_payloads) them).
     pub const MAX_LIMIT: u32 = 1_000;
 
     /// The first page, newest first, of at most `limit` tasks;
@@ -125,6 +126,8 @@ impl PageRequest {
     /// `task.payload` comes back empty, every other field as stored. For
     /// reads that look at everything but the payloads (grouping failures,
     /// say), whose cost then does not grow with what the payloads weigh.
+    /// An empty payload read this way says nothing of the stored one: a
+    /// task enqueued with no payload looks the same.
     pub fn without_payloads(mut self) -> Self {
         self.payloads = false;
         self

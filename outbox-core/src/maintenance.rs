@@ -243,7 +243,8 @@ pub trait Maintenance: Store {
     /// when there is no such row.
     fn inspect(&self, id: TaskId) -> impl Future<Output = Result<Listed>> + Send;
 
-    /// One page of the tasks `filter` matches, with their payloads, ordered
+    /// One page of the tasks `filter` matches, with their payloads unless
+    /// `page` asks [without](PageRequest::without_payloads), ordered
     /// by id as `page` asks (newest first unless told otherwise); see
     /// [`PageRequest`] for how pages follow each other. A row that cannot
     /// be read as a task is shown as such ([`Page::unreadable`]), beside

@@ -133,7 +133,8 @@ impl<S: Maintenance> Worker<S> {
     /// instead of a relay, so that `outbox relays`, [`Stats::live_relays`]
     /// and the dashboard show them. Call it after each round, with a `ttl`
     /// a little above the time between rounds; the heartbeat says when the
-    /// worker's rounds last claimed tasks and wrote results. One small
+    /// worker last claimed tasks and wrote results (in its rounds, its
+    /// `send` calls, or a relay built on it). One small
     /// write; rows whose heartbeats stopped a day ago are swept with it.
     ///
     /// The row stays until its time to live ends and is swept a day later;

@@ -50,7 +50,7 @@ struct Inner<S> {
     outbox: tokio::sync::OnceCell<OutboxId>,
     /// `config.owner`, shared by the fences of every claim.
     owner: Arc<str>,
-    /// When this worker's rounds last claimed and wrote, for its heartbeats.
+    /// When this worker last claimed and wrote, for its heartbeats.
     activity: Activity,
 }
 
@@ -111,7 +111,8 @@ impl<S: Store> Worker<S> {
         &self.inner.config
     }
 
-    /// When this worker's rounds last claimed and wrote.
+    /// When this worker last claimed tasks and wrote results, by whatever
+    /// path: `send`, rounds, or a relay's claims and writes.
     pub(crate) fn activity(&self) -> &Activity {
         &self.inner.activity
     }
@@ -155,7 +156,10 @@ impl<S: Store> Worker<S> {
             .instrument(claim.clone())
             .await?;
         let record = match claimed {
-            ClaimOutcome::Claimed(record) => ClaimedTask::from(*record),
+            ClaimOutcome::Claimed(record) => {
+                self.activity().claimed();
+                ClaimedTask::from(*record)
+            }
             ClaimOutcome::Finished(Status::Succeeded) => return Ok(()),
             ClaimOutcome::Finished(Status::Discarded) => return Err(Error::Discarded(id)),
             ClaimOutcome::Finished(_) => return Err(Error::Failed(id)),
@@ -285,6 +289,9 @@ impl<S: Store> Worker<S> {
             "messaging.batch.message_count",
             telemetry::int(records.len()),
         );
+        if !records.is_empty() {
+            self.activity().claimed();
+        }
         Ok((records, span))
     }
 
@@ -363,6 +370,7 @@ impl<S: Store> Worker<S> {
                     .await?
             };
         span.record("outbox.applied", telemetry::int(applied));
+        self.activity().wrote();
         let stale = completions.len() as u64 - applied.min(completions.len() as u64);
         if stale > 0 {
             tracing::warn!(

@@ -120,8 +120,8 @@ pub async fn a_relay_beats_while_it_runs_and_forgets_its_row_when_stopped<B: Tes
 
 /// A worker delivering with `retry_pending` rounds writes its heartbeat
 /// when asked: live for the time to live it gives, with its last claim and
-/// write once a round has run tasks; a time to live of zero is refused by
-/// name, and writes nothing.
+/// write once a round (or a `send`) has run tasks; a time to live of zero
+/// is refused by name, and writes nothing.
 pub async fn a_worker_beats_beside_its_rounds<B: TestBackend>(db: &B) -> anyhow::Result<()> {
     let (mock, handle) = handler::recording();
     let worker = worker(db, registry(mock)?, config("rounds-1"))?;
@@ -150,7 +150,20 @@ pub async fn a_worker_beats_beside_its_rounds<B: TestBackend>(db: &B) -> anyhow:
     assert!(about(busy.since_write, Duration::ZERO), "{busy:?}");
     assert_eq!(db.store().stats().await?.live_relays, 1);
 
+    // A worker that only sends right after commit beats with that send's
+    // claim and write.
+    let (mock, _handle) = handler::recording();
+    let sender = super::support::worker(db, registry(mock)?, config("sender-1"))?;
+    let ids = enqueue_committed(db, vec![task(3)]).await?;
+    sender.send(ids[0]).await?;
+    sender.beat(Duration::from_secs(60)).await?;
+    let relays = db.store().relays().await?;
+    let sent = seen(&relays, "sender-1").expect("the sender's row");
+    assert!(about(sent.since_claim, Duration::ZERO), "{sent:?}");
+    assert!(about(sent.since_write, Duration::ZERO), "{sent:?}");
+
     db.store().forget_relay(&worker.config().owner).await?;
+    db.store().forget_relay(&sender.config().owner).await?;
     assert!(db.store().relays().await?.is_empty());
     Ok(())
 }
