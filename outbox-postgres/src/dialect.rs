@@ -151,7 +151,7 @@ impl Dialect for Postgres {
     type TaskRow = TaskRow;
 
     const NAME: &'static str = "PostgreSQL";
-    const NO_BYTES: &'static str = "'\\x'::bytea";
+    const NO_BYTES: &'static str = "''::bytea";
 
     /// The pool recycles connections without a round trip
     /// (`RecyclingMethod::Fast`): a PostgreSQL connection knows when the

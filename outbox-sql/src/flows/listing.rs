@@ -14,12 +14,13 @@ const GET: &str = "SELECT * FROM outbox_tasks WHERE id = ?";
 /// The failed heads that stop their key: failed tasks with an ordering key
 /// (a failed task holds its key) and tasks blocked behind them. Both
 /// sides read the indexes holding only failed and only blocked rows.
-const STOPPED_HEADS: &str = "\
-SELECT f.id FROM outbox_tasks f
+/// How many ordering keys a failed task stops: keys with a failed task and
+/// a blocked one (as `id`, the one column the backends' id reader takes).
+const STOPPED_KEYS: &str = "\
+SELECT COUNT(DISTINCT f.ordering_key) AS id FROM outbox_tasks f
 WHERE f.status = 'failed' AND f.ordering_key IS NOT NULL
   AND EXISTS (SELECT 1 FROM outbox_tasks b
-              WHERE b.status = 'blocked' AND b.ordering_key = f.ordering_key)
-ORDER BY f.id";
+              WHERE b.status = 'blocked' AND b.ordering_key = f.ordering_key)";
 
 /// Every column of `outbox_tasks` but the payload, which `{no_bytes}` (the
 /// backend's empty bytes literal) stands in for.
@@ -146,15 +147,15 @@ pub async fn page<D: Dialect>(
     ))
 }
 
-/// The failed tasks that stop their ordering key, lowest id first: each
-/// holds its key while later tasks of the key wait behind it
-/// ([`Stats::stopped_keys`](diesel_outbox_core::Stats::stopped_keys)
-/// counts them).
-pub async fn stopped_heads<D: Dialect>(dialect: &D, conn: &mut D::Conn) -> Result<Vec<TaskId>> {
-    let ids = D::Backend::ids(cached(&dialect.sql(STOPPED_HEADS)), conn)
+/// How many ordering keys are stopped behind a task that failed for good,
+/// later tasks of the key waiting behind it
+/// ([`Stats::stopped_keys`](diesel_outbox_core::Stats::stopped_keys)).
+pub async fn stopped_keys<D: Dialect>(dialect: &D, conn: &mut D::Conn) -> Result<u64> {
+    let counts = D::Backend::ids(cached(&dialect.sql(STOPPED_KEYS)), conn)
         .await
         .map_err(D::error)?;
-    Ok(ids.into_iter().map(TaskId::new).collect())
+    let count = counts.into_iter().next().unwrap_or(0);
+    Ok(u64::try_from(count).unwrap_or(0))
 }
 
 /// Up to `limit` ids `filter` matches above `after`, lowest first.

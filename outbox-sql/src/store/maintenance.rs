@@ -25,9 +25,7 @@ impl<D: Dialect> Maintenance for SqlStore<D> {
             stats.set_ages(self.dialect().ages(conn).await?);
             let relays = self.dialect().relays(conn).await?;
             stats.live_relays = relays.iter().filter(|relay| relay.live).count() as u64;
-            stats.stopped_keys = flows::listing::stopped_heads(self.dialect(), conn)
-                .await?
-                .len() as u64;
+            stats.stopped_keys = flows::listing::stopped_keys(self.dialect(), conn).await?;
             Ok(stats)
         })
         .await

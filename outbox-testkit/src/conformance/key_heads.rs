@@ -51,7 +51,8 @@ fn claimed(outcome: ClaimOutcome) -> anyhow::Result<diesel_outbox_core::Record> 
 /// A head that failed for good keeps its key's later tasks blocked, and only
 /// that key's: other keys and keyless tasks flow. Discarding the head lets
 /// the key move on, its tasks in order, and the key's count row goes once
-/// the key has no open task.
+/// the key has no open task. A key counts as stopped only while a task
+/// waits behind its failed head.
 pub async fn a_failed_head_blocks_its_key_and_no_other<B: TestBackend>(
     db: &B,
 ) -> anyhow::Result<()> {
@@ -109,6 +110,24 @@ pub async fn a_failed_head_blocks_its_key_and_no_other<B: TestBackend>(
     let delivered = handle.succeeded_ids();
     assert_eq!(&delivered[3..], [ids[1], ids[2]], "key a out of order");
     assert_eq!(db.count("outbox_ordering_keys").await?, 0);
+
+    // A key whose failed head has nothing behind it stops nothing yet; it
+    // counts once a task comes to wait behind it, once however many wait.
+    let alone = enqueue_committed(
+        db,
+        vec![Task::new("order.rejected", 1, "{}").ordering_key("c")],
+    )
+    .await?;
+    rounds(&worker).await?;
+    assert_eq!(statuses(db, &alone).await?, [Failed]);
+    assert_eq!(db.store().stats().await?.stopped_keys, 0);
+    let behind = enqueue_committed(
+        db,
+        vec![task(7).ordering_key("c"), task(8).ordering_key("c")],
+    )
+    .await?;
+    assert_eq!(statuses(db, &behind).await?, [Blocked, Blocked]);
+    assert_eq!(db.store().stats().await?.stopped_keys, 1);
     Ok(())
 }
 
