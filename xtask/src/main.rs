@@ -10,10 +10,11 @@
 //!   servers, with failures injected, and a summary; with a broker, a
 //!   shipping service consumes its messages through the inbox (`outbox-demo`
 //!   in `tools/`, built with only the backend and the broker it runs).
-//! - `bench [--backend postgres|mysql|sqlite|all] [--scenario NAME,...] [--quick] [--no-nats] [--json PATH] [--write-docs [DIR]]`:
+//! - `bench [--backend postgres|mysql|sqlite|all] [--scenario NAME,...] [--quick] [--no-nats] [--json PATH] [--write-docs [DIR]] [--soak [--soak-minutes N]]`:
 //!   the library against hand-written SQL in the same run, as ratios
 //!   (`outbox-bench` in `tools/`, an optimised build unless `--quick`);
-//!   `--write-docs` rewrites the results of `docs/benchmarks.md` and its plots.
+//!   `--write-docs` rewrites the results of `docs/benchmarks.md` and its plots;
+//!   `--soak` runs steady traffic for minutes instead, sampled as it ages the tables.
 //! - `chaos [--backend postgres|mysql] [--scenario NAME] [--quick] [--json]`:
 //!   faults injected into private servers, each scenario's invariants
 //!   checked and its figures reported; with `--cluster`, the replicated

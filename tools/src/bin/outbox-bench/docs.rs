@@ -31,6 +31,20 @@ use super::{
 pub(crate) const BEGIN: &str = "<!-- bench-results:begin -->";
 /// The line after it.
 pub(crate) const END: &str = "<!-- bench-results:end -->";
+/// The bench's section: between [`BEGIN`] and [`END`].
+pub(crate) const RESULTS: Markers = Markers {
+    begin: BEGIN,
+    end: END,
+};
+
+/// The two marker lines around a generated section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Markers {
+    /// The line before the section.
+    pub(crate) begin: &'static str,
+    /// The line after it.
+    pub(crate) end: &'static str,
+}
 /// The file, in the docs directory, holding the markers.
 pub(crate) const FILE: &str = "benchmarks.md";
 /// The directory, in the docs directory, the plots go to (and the
@@ -52,22 +66,24 @@ pub(crate) enum MarkerProblem {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct MarkerError {
     pub(crate) file: PathBuf,
+    pub(crate) markers: Markers,
     pub(crate) problem: MarkerProblem,
 }
 
 impl fmt::Display for MarkerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let file = self.file.display();
+        let Markers { begin, end } = self.markers;
         match self.problem {
             MarkerProblem::Missing(marker) => write!(f, "{file} has no `{marker}` line"),
             MarkerProblem::Repeated(marker) => {
                 write!(f, "{file} has the `{marker}` line more than once")
             }
-            MarkerProblem::EndFirst => write!(f, "{file} has `{END}` before `{BEGIN}`"),
+            MarkerProblem::EndFirst => write!(f, "{file} has `{end}` before `{begin}`"),
         }?;
         write!(
             f,
-            ": --write-docs replaces only what lies between one `{BEGIN}` line and one `{END}` line after it"
+            ": --write-docs replaces only what lies between one `{begin}` line and one `{end}` line after it"
         )
     }
 }
@@ -79,8 +95,19 @@ impl std::error::Error for MarkerError {}
 /// stays as it was. A marker counts only as a line of its own (surrounding
 /// spaces aside), so prose may quote it.
 pub(crate) fn replace_section(file: &Path, text: &str, body: &str) -> Result<String, MarkerError> {
+    replace_between(file, text, RESULTS, body)
+}
+
+/// As [`replace_section`], between the lines `markers` names.
+pub(crate) fn replace_between(
+    file: &Path,
+    text: &str,
+    markers: Markers,
+    body: &str,
+) -> Result<String, MarkerError> {
     let error = |problem| MarkerError {
         file: file.to_owned(),
+        markers,
         problem,
     };
     // Each marker line's start and end (past its newline).
@@ -99,7 +126,7 @@ pub(crate) fn replace_section(file: &Path, text: &str, body: &str) -> Result<Str
             _ => Err(error(MarkerProblem::Repeated(marker))),
         }
     };
-    let ((_, begin_end), (end_start, _)) = (lines(BEGIN)?, lines(END)?);
+    let ((_, begin_end), (end_start, _)) = (lines(markers.begin)?, lines(markers.end)?);
     if end_start < begin_end {
         return Err(error(MarkerProblem::EndFirst));
     }
@@ -273,7 +300,7 @@ impl Meta {
 
     /// How the docs name `backend` (a `Raw::NAME`): MySQL's by what its
     /// server said it is.
-    fn backend(&self, backend: &str) -> String {
+    pub(crate) fn backend(&self, backend: &str) -> String {
         match backend {
             "postgres" => "PostgreSQL".to_owned(),
             "sqlite" => "SQLite".to_owned(),
@@ -812,6 +839,7 @@ mod tests {
                 error,
                 MarkerError {
                     file: file.to_owned(),
+                    markers: RESULTS,
                     problem
                 }
             );

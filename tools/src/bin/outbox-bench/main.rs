@@ -32,6 +32,8 @@ mod rabbitmq;
 mod redis;
 mod scale;
 mod server;
+mod soak;
+mod timeline;
 
 use std::{path::PathBuf, time::Instant};
 
@@ -118,6 +120,18 @@ pub(crate) struct Args {
     /// all, marked as partial.
     #[arg(long, requires = "write_docs")]
     allow_partial_docs: bool,
+    /// Instead of the scenarios, the soak: producers enqueue at a steady
+    /// share of the drain rate measured first while two relays deliver and
+    /// retention purges, for --soak-minutes (30 s with --quick),
+    /// sampled as it ages the tables.
+    #[arg(long, conflicts_with_all = ["scenario", "tenant_tables", "tenant_schema"])]
+    soak: bool,
+    /// How long the soak's producers run.
+    #[arg(long, default_value_t = 30, requires = "soak")]
+    soak_minutes: u64,
+    /// The soak's rate, as a share of the drain rate measured first.
+    #[arg(long, default_value_t = 0.7, requires = "soak")]
+    soak_load: f64,
     /// The command the docs say ran the bench (`cargo xtask bench` passes
     /// its own name).
     #[arg(long, hide = true)]
@@ -227,6 +241,9 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    if args.soak {
+        return soak_backends(&args).await;
+    }
     let plan = Plan::new(args.quick);
     let only = Only(args.scenario.clone());
     if only.0.contains(&Scenario::Nats) && (args.no_nats || !cfg!(feature = "nats")) {
@@ -369,6 +386,108 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--soak`: the soak on each backend `args` names, one after the other.
+async fn soak_backends(args: &Args) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.soak_load > 0.0 && args.soak_load <= 2.0,
+        "--soak-load must be above 0 and at most 2 (a share of the drain rate)"
+    );
+    anyhow::ensure!(args.soak_minutes > 0, "--soak-minutes must be at least 1");
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    let plan = soak::SoakPlan::new(args.quick, args.soak_minutes, args.soak_load);
+    if let Some(dir) = &args.write_docs {
+        if args.quick && !args.allow_quick_docs {
+            anyhow::bail!(
+                "--write-docs refuses a quick soak's figures: drop --quick, or add --allow-quick-docs for a scratch copy"
+            );
+        }
+        if args.backend != Backend::All && !args.allow_partial_docs {
+            anyhow::bail!(
+                "--write-docs writes a soak of every backend: drop --backend, or add --allow-partial-docs"
+            );
+        }
+        soak::report::check(dir)?;
+    }
+    let passed: Vec<String> = std::env::args().skip(1).collect();
+    let command = docs::command(args.invoked_as.as_deref(), &passed);
+    let gaps = match args.backend {
+        Backend::All => Vec::new(),
+        one => vec![format!("{one:?} only")],
+    };
+    let mut meta = docs::Meta::start(command, args.quick, gaps, profile, &Plan::new(args.quick));
+    let claims = soak::claim_times()?;
+    let mut runs = Vec::new();
+    if matches!(args.backend, Backend::Postgres | Backend::All) {
+        #[cfg(feature = "postgres")]
+        runs.push(
+            soak_on::<diesel_outbox_testkit::postgres::PgTestDb>(&plan, &claims, &mut meta).await?,
+        );
+        #[cfg(not(feature = "postgres"))]
+        anyhow::bail!("outbox-bench was built without the `postgres` feature");
+    }
+    if matches!(args.backend, Backend::Mysql | Backend::All) {
+        #[cfg(feature = "mysql")]
+        runs.push(
+            soak_on::<diesel_outbox_testkit::mysql::MysqlTestDb>(&plan, &claims, &mut meta).await?,
+        );
+        #[cfg(not(feature = "mysql"))]
+        anyhow::bail!("outbox-bench was built without the `mysql` feature");
+    }
+    if matches!(args.backend, Backend::Sqlite | Backend::All) {
+        #[cfg(feature = "sqlite")]
+        runs.push(
+            soak_on::<diesel_outbox_testkit::sqlite::SqliteTestDb>(&plan, &claims, &mut meta)
+                .await?,
+        );
+        #[cfg(not(feature = "sqlite"))]
+        anyhow::bail!("outbox-bench was built without the `sqlite` feature");
+    }
+    print_soak(&runs, &meta);
+    if let Some(dir) = &args.write_docs {
+        for path in soak::report::write(dir, &runs, &meta)? {
+            eprintln!("bench: wrote {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// One backend's soak, on a database of its own.
+async fn soak_on<B: soak::Storage + Server>(
+    plan: &soak::SoakPlan,
+    claims: &soak::ClaimTimes,
+    meta: &mut docs::Meta,
+) -> anyhow::Result<soak::report::SoakRun> {
+    let db = B::create("soak").await?;
+    db.create_orders().await?;
+    match db.server().await {
+        Ok(server) => meta.servers.push((B::NAME, server)),
+        Err(error) => eprintln!("bench: the {} server's version: {error:#}", B::NAME),
+    }
+    soak::run(&db, plan, claims).await
+}
+
+#[allow(clippy::print_stdout)] // the tables are the command's output
+fn print_soak(runs: &[soak::report::SoakRun], meta: &docs::Meta) {
+    for run in runs {
+        println!();
+        println!(
+            "soak on {}: {:.0} tasks/s offered ({:.0}% of {:.0} tasks/s drained)",
+            meta.backend(run.backend),
+            run.rate,
+            run.plan.load * 100.0,
+            run.drain_rate
+        );
+        println!();
+        print!("{}", run.table());
+        println!();
+        print!("{}", run.verdict());
+    }
 }
 
 /// The brokers a run measures.

@@ -67,7 +67,7 @@ pub(crate) struct Chart {
     pub(crate) panels: Vec<Panel>,
 }
 
-const FONT: &str = "Helvetica, Arial, sans-serif";
+pub(crate) const FONT: &str = "Helvetica, Arial, sans-serif";
 /// Average width of a character of the 12 px labels, to size the label
 /// column (an estimate: SVG cannot measure text).
 const CHAR_WIDTH: f64 = 6.6;
@@ -82,9 +82,9 @@ const GROUP_GAP: f64 = 12.0;
 const PANEL_TITLE: f64 = 26.0;
 const AXIS: f64 = 40.0;
 const PANEL_GAP: f64 = 14.0;
-const TEXT: &str = "#222222";
-const MUTED: &str = "#666666";
-const GRID: &str = "#dddddd";
+pub(crate) const TEXT: &str = "#222222";
+pub(crate) const MUTED: &str = "#666666";
+pub(crate) const GRID: &str = "#dddddd";
 
 impl Chart {
     /// The chart as an SVG document.
@@ -336,7 +336,7 @@ impl Axis {
 }
 
 /// The smallest of 1, 2 and 5 times a power of ten that is at least `raw`.
-fn nice_step(raw: f64) -> f64 {
+pub(crate) fn nice_step(raw: f64) -> f64 {
     let magnitude = 10f64.powf(raw.log10().floor());
     [1.0, 2.0, 5.0, 10.0]
         .into_iter()
@@ -361,7 +361,7 @@ pub(crate) fn number(value: f64) -> String {
 }
 
 /// An axis tick: [`number`] without trailing zeros (`1`, `0.5`, `2,000`).
-fn tick(value: f64) -> String {
+pub(crate) fn tick(value: f64) -> String {
     let text = number(value);
     if text.contains('.') {
         text.trim_end_matches('0').trim_end_matches('.').to_owned()
@@ -428,12 +428,19 @@ pub(crate) fn escape(text: &str) -> String {
 }
 
 /// A coordinate, to a tenth of a pixel.
-fn px(value: f64) -> String {
+pub(crate) fn px(value: f64) -> String {
     let text = format!("{value:.1}");
     text.strip_suffix(".0").map_or(text.clone(), str::to_owned)
 }
 
-fn text(out: &mut String, x: f64, y: f64, anchor: &str, attributes: &str, content: &str) {
+pub(crate) fn text(
+    out: &mut String,
+    x: f64,
+    y: f64,
+    anchor: &str,
+    attributes: &str,
+    content: &str,
+) {
     let _ = writeln!(
         out,
         r#"<text x="{}" y="{}" text-anchor="{anchor}" {attributes}>{}</text>"#,
@@ -443,7 +450,7 @@ fn text(out: &mut String, x: f64, y: f64, anchor: &str, attributes: &str, conten
     );
 }
 
-fn rect(out: &mut String, x: f64, y: f64, width: f64, height: f64, fill: &str) {
+pub(crate) fn rect(out: &mut String, x: f64, y: f64, width: f64, height: f64, fill: &str) {
     let _ = writeln!(
         out,
         r#"<rect x="{}" y="{}" width="{}" height="{}" fill="{fill}"/>"#,
@@ -454,7 +461,7 @@ fn rect(out: &mut String, x: f64, y: f64, width: f64, height: f64, fill: &str) {
     );
 }
 
-fn line(out: &mut String, x1: f64, y1: f64, x2: f64, y2: f64, stroke: &str) {
+pub(crate) fn line(out: &mut String, x1: f64, y1: f64, x2: f64, y2: f64, stroke: &str) {
     let _ = writeln!(
         out,
         r#"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{stroke}" stroke-width="1"/>"#,

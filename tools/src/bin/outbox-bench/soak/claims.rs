@@ -1,0 +1,128 @@
+//! How long the relays' claims take, as the library times them: a
+//! `tracing` layer that hears only the `outbox.claim` spans and records,
+//! for each, the time from its start to the moment its claim statement
+//! last returned (the span is entered only while the claim is polled; the
+//! deliveries that follow it run in spans of their own).
+//!
+//! Every other span and event is of no interest to it, so they cost what a
+//! disabled callsite costs.
+
+use std::{
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, Instant},
+};
+
+use tracing::{Metadata, Subscriber, span, subscriber::Interest};
+use tracing_subscriber::{
+    Layer,
+    layer::{Context, SubscriberExt as _},
+    registry::LookupSpan,
+};
+
+/// The span the library opens around each claim.
+const CLAIM: &str = "outbox.claim";
+
+/// Claim times recorded since they were last taken.
+#[derive(Clone, Default)]
+pub(crate) struct ClaimTimes(Arc<Mutex<Vec<Duration>>>);
+
+impl ClaimTimes {
+    /// Makes this the process's subscriber; fails if one is set already.
+    pub(crate) fn install(&self) -> anyhow::Result<()> {
+        let subscriber = tracing_subscriber::registry().with(ClaimLayer(self.clone()));
+        tracing::subscriber::set_global_default(subscriber)
+            .map_err(|error| anyhow::anyhow!("timing the claims: {error}"))
+    }
+
+    /// The times recorded since the last call, and forgets them.
+    pub(crate) fn take(&self) -> Vec<Duration> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn record(&self, took: Duration) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(took);
+    }
+}
+
+/// When a claim span began, and when it was last left.
+struct Started {
+    at: Instant,
+    left: Option<Instant>,
+}
+
+struct ClaimLayer(ClaimTimes);
+
+fn is_claim(metadata: &Metadata<'_>) -> bool {
+    metadata.is_span() && metadata.name() == CLAIM
+}
+
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for ClaimLayer {
+    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
+        if is_claim(metadata) {
+            Interest::always()
+        } else {
+            Interest::never()
+        }
+    }
+
+    fn enabled(&self, metadata: &Metadata<'_>, _: Context<'_, S>) -> bool {
+        is_claim(metadata)
+    }
+
+    fn on_new_span(&self, _: &span::Attributes<'_>, id: &span::Id, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(Started {
+                at: Instant::now(),
+                left: None,
+            });
+        }
+    }
+
+    fn on_exit(&self, id: &span::Id, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(id)
+            && let Some(started) = span.extensions_mut().get_mut::<Started>()
+        {
+            started.left = Some(Instant::now());
+        }
+    }
+
+    fn on_close(&self, id: span::Id, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(&id)
+            && let Some(started) = span.extensions().get::<Started>()
+            && let Some(left) = started.left
+        {
+            self.0.record(left.saturating_duration_since(started.at));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_span_is_timed_from_its_start_to_its_last_exit() {
+        let times = ClaimTimes::default();
+        let subscriber = tracing_subscriber::registry().with(ClaimLayer(times.clone()));
+        tracing::subscriber::with_default(subscriber, || {
+            let claim = tracing::debug_span!("outbox.claim");
+            let other = tracing::info_span!("outbox.attempt");
+            std::thread::sleep(Duration::from_millis(5));
+            claim.in_scope(|| std::thread::sleep(Duration::from_millis(20)));
+            other.in_scope(|| ());
+            // Held on after the claim returned, as a batch's deliveries do.
+            std::thread::sleep(Duration::from_millis(300));
+            drop((claim, other));
+        });
+        let taken = times.take();
+        assert_eq!(taken.len(), 1, "{taken:?}");
+        assert!(
+            taken[0] >= Duration::from_millis(25) && taken[0] < Duration::from_millis(300),
+            "{taken:?}"
+        );
+        assert!(times.take().is_empty());
+    }
+}

@@ -1,0 +1,115 @@
+//! What the outbox's task table weighs on disk as a soak ages it, and what
+//! the server tells of its clean-up: dead rows and autovacuum runs on
+//! PostgreSQL, the undo history InnoDB has yet to purge on MariaDB/MySQL.
+
+use std::future::Future;
+
+use diesel::{
+    QueryableByName,
+    query_builder::SqlQuery,
+    sql_types::{BigInt, Nullable},
+};
+use diesel_async::{RunQueryDsl, methods::LoadQuery};
+
+use crate::raw::Raw;
+
+/// One reading of `outbox_tasks`' storage; a field the backend cannot tell
+/// is `None`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, QueryableByName)]
+pub(crate) struct Reading {
+    /// The table's rows (and, on PostgreSQL, their TOAST), in bytes.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub(crate) data_bytes: Option<i64>,
+    /// Its indexes, in bytes.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub(crate) index_bytes: Option<i64>,
+    /// What it holds on disk: the relation's files (PostgreSQL), its
+    /// tablespace file (InnoDB), the database file (SQLite).
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub(crate) file_bytes: Option<i64>,
+    /// Dead row versions not yet vacuumed (PostgreSQL).
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub(crate) dead_rows: Option<i64>,
+    /// Autovacuum runs on the table since the server's statistics began
+    /// (PostgreSQL).
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub(crate) autovacuums: Option<i64>,
+    /// Undo log records InnoDB has not purged yet, server-wide (the
+    /// history list length).
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub(crate) history: Option<i64>,
+}
+
+/// A backend whose task table's storage can be read.
+pub(crate) trait Storage: Raw {
+    /// Reads the storage of the default-named `outbox_tasks`.
+    fn storage(&self) -> impl Future<Output = anyhow::Result<Reading>> + Send;
+}
+
+/// The one row `sql` selects, on a connection of its own.
+async fn read<B>(db: &B, sql: &'static str) -> anyhow::Result<Reading>
+where
+    B: Raw,
+    SqlQuery: LoadQuery<'static, B::Conn, Reading>,
+{
+    let mut conn = db.connect().await?;
+    Ok(diesel::sql_query(sql).get_result(&mut conn).await?)
+}
+
+#[cfg(feature = "postgres")]
+impl Storage for diesel_outbox_testkit::postgres::PgTestDb {
+    async fn storage(&self) -> anyhow::Result<Reading> {
+        read(
+            self,
+            "SELECT pg_table_size(s.relid)::bigint AS data_bytes, \
+                    pg_indexes_size(s.relid)::bigint AS index_bytes, \
+                    pg_total_relation_size(s.relid)::bigint AS file_bytes, \
+                    s.n_dead_tup::bigint AS dead_rows, \
+                    s.autovacuum_count::bigint AS autovacuums, \
+                    NULL::bigint AS history \
+             FROM pg_stat_user_tables s WHERE s.relname = 'outbox_tasks'",
+        )
+        .await
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl Storage for diesel_outbox_testkit::mysql::MysqlTestDb {
+    async fn storage(&self) -> anyhow::Result<Reading> {
+        // DATA_LENGTH and INDEX_LENGTH are InnoDB's estimates, refreshed as
+        // its persistent statistics are; the tablespace file is exact.
+        read(
+            self,
+            "SELECT CAST(t.DATA_LENGTH AS SIGNED) AS data_bytes, \
+                    CAST(t.INDEX_LENGTH AS SIGNED) AS index_bytes, \
+                    (SELECT CAST(f.ALLOCATED_SIZE AS SIGNED) \
+                     FROM information_schema.INNODB_SYS_TABLESPACES f \
+                     WHERE f.NAME = CONCAT(DATABASE(), '/outbox_tasks')) AS file_bytes, \
+                    CAST(NULL AS SIGNED) AS dead_rows, \
+                    CAST(NULL AS SIGNED) AS autovacuums, \
+                    (SELECT CAST(m.COUNT AS SIGNED) FROM information_schema.INNODB_METRICS m \
+                     WHERE m.NAME = 'trx_rseg_history_len') AS history \
+             FROM information_schema.TABLES t \
+             WHERE t.TABLE_SCHEMA = DATABASE() AND t.TABLE_NAME = 'outbox_tasks'",
+        )
+        .await
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl Storage for diesel_outbox_testkit::sqlite::SqliteTestDb {
+    async fn storage(&self) -> anyhow::Result<Reading> {
+        // The bundled SQLite has the dbstat table: pages per table and
+        // index.
+        read(
+            self,
+            "SELECT (SELECT SUM(pgsize) FROM dbstat WHERE name = 'outbox_tasks') AS data_bytes, \
+                    (SELECT SUM(d.pgsize) FROM dbstat d JOIN sqlite_master m ON m.name = d.name \
+                     WHERE m.type = 'index' AND m.tbl_name = 'outbox_tasks') AS index_bytes, \
+                    (SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()) \
+                      AS file_bytes, \
+                    NULL AS dead_rows, NULL AS autovacuums, NULL AS history",
+        )
+        .await
+    }
+}
