@@ -15,6 +15,8 @@ use crate::statements::CLAIM_DUE;
 /// PostgreSQL found a full scan cheaper than 100 index lookups while the
 /// claim joined its ids as a row set (see `on_a_small_table`).
 const BACKLOG: u64 = 50_000;
+/// Available rows added after the statistics were taken.
+const STALE_BACKLOG: u64 = 200_000;
 /// Due rows, after the backlog in id order.
 const DUE: u64 = 200;
 /// The batch size claimed.
@@ -46,12 +48,23 @@ async fn explain_due<N: TestNames>(
     due: u64,
     limit: i64,
 ) -> anyhow::Result<Value> {
+    add_due(db, due).await?;
+    db.execute_sql("ANALYZE outbox_tasks").await?;
+    explain_now(db, limit).await
+}
+
+/// Adds `due` available rows to `db`.
+async fn add_due<N: TestNames>(db: &PgTestDbNamed<N>, due: u64) -> anyhow::Result<()> {
     db.execute_sql(&format!(
         "INSERT INTO outbox_tasks (kind, version, payload) \
-         SELECT 'due', 1, '\\x7b7d' FROM generate_series(1, {due}); \
-         ANALYZE outbox_tasks"
+         SELECT 'due', 1, '\\x7b7d' FROM generate_series(1, {due})"
     ))
-    .await?;
+    .await
+}
+
+/// Explains one claim of `limit` on `db` as it is (rolled back); returns
+/// the plan's root node.
+async fn explain_now<N: TestNames>(db: &PgTestDbNamed<N>, limit: i64) -> anyhow::Result<Value> {
     let mut conn = db.connect().await?;
     conn.begin_test_transaction().await?;
     let explained: Explained = diesel::sql_query(
@@ -146,6 +159,30 @@ async fn on_a_small_table<N: TestNames>() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Beside a backlog the planner's statistics never saw (taken while the
+/// table was empty, as right after it was created or emptied), the claim
+/// still walks the index of available rows in order, under a custom plan
+/// and under the generic one: with the batch size visible to the planner,
+/// a custom plan gathered every available row and sorted them.
+async fn beside_a_backlog_the_statistics_never_saw<N: TestNames>() -> anyhow::Result<()> {
+    let db = PgTestDbNamed::<N>::create("claim_plan_stale").await?;
+    db.execute_sql("ANALYZE outbox_tasks").await?;
+    add_due(&db, STALE_BACKLOG).await?;
+    let shape = format!("{STALE_BACKLOG} available rows after statistics of an empty table");
+    let custom = explain_now(&db, LIMIT).await?;
+    reads_only_what_it_claims::<N>(&custom, LIMIT, &shape)?;
+    let generic = explain_prepared(
+        &db,
+        &format!("PREPARE plan_test(int8, int8, text, int8, text, timestamptz) AS {CLAIM_DUE}"),
+        "force_generic_plan",
+        "EXECUTE plan_test(0, 100, 'plan-test', 60000000, 'expired', NULL)",
+    )
+    .await?;
+    reads_only_what_it_claims::<N>(&generic, LIMIT, &format!("{shape}, generic plan"))?;
+    drop(db);
+    Ok(())
+}
+
 async fn beside_waiting_rows_not_yet_due<N: TestNames>() -> anyhow::Result<()> {
     reads_only_claimed_rows::<N>(Backlog::NotDue).await
 }
@@ -169,6 +206,7 @@ async fn beside_finished_rows<N: TestNames>() -> anyhow::Result<()> {
 diesel_outbox_testkit::each_names!(
     names = diesel_outbox_testkit::SchemaTenantNames;
     on_a_small_table,
+    beside_a_backlog_the_statistics_never_saw,
     beside_waiting_rows_not_yet_due,
     beside_waiting_rows_in_backoff,
     beside_a_failed_head_and_its_blocked_successors,
