@@ -55,7 +55,7 @@ async fn rounds<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<f64> {
 }
 
 /// Tasks/s of two relays until every task was handled.
-pub(crate) async fn relays<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<f64> {
+async fn relays<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<f64> {
     let handler = Counting::default();
     let shutdown = CancellationToken::new();
     let config = RelayConfig::default()
@@ -119,7 +119,7 @@ pub(crate) async fn raw_loop<B: Raw>(
     Ok(tasks as f64 / started.elapsed().as_secs_f64())
 }
 
-pub(crate) async fn fresh<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<()> {
+async fn fresh<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<()> {
     db.reset().await?;
     db.fill_pending(tasks, KIND).await?;
     db.analyze().await

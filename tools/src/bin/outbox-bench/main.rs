@@ -121,15 +121,16 @@ pub(crate) struct Args {
     #[arg(long, requires = "write_docs")]
     allow_partial_docs: bool,
     /// Instead of the scenarios, the soak: producers enqueue at a steady
-    /// share of the drain rate measured first while two relays deliver and
-    /// retention purges, for --soak-minutes (30 s with --quick),
+    /// share of the rate the machine sustains (measured first) while two
+    /// relays deliver and retention purges, for --soak-minutes (30 s with --quick),
     /// sampled as it ages the tables.
     #[arg(long, conflicts_with_all = ["scenario", "tenant_tables", "tenant_schema"])]
     soak: bool,
     /// How long the soak's producers run.
     #[arg(long, default_value_t = 30, requires = "soak")]
     soak_minutes: u64,
-    /// The soak's rate, as a share of the drain rate measured first.
+    /// The soak's rate, as a share of the rate the machine sustained with
+    /// producers flat out beside the relays, measured first.
     #[arg(long, default_value_t = 0.7, requires = "soak")]
     soak_load: f64,
     /// The command the docs say ran the bench (`cargo xtask bench` passes
@@ -477,11 +478,11 @@ fn print_soak(runs: &[soak::report::SoakRun], meta: &docs::Meta) {
     for run in runs {
         println!();
         println!(
-            "soak on {}: {:.0} tasks/s offered ({:.0}% of {:.0} tasks/s drained)",
+            "soak on {}: {:.0} tasks/s offered ({:.0}% of {:.0} tasks/s sustained)",
             meta.backend(run.backend),
             run.rate,
             run.plan.load * 100.0,
-            run.drain_rate
+            run.capacity
         );
         println!();
         print!("{}", run.table());

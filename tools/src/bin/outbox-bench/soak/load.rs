@@ -14,7 +14,7 @@ use std::{
 use async_trait::async_trait;
 use diesel_async::AsyncConnection as _;
 use diesel_outbox_core::{Delivery, Handler, HandlerError, Store as _, Task, TaskId};
-use tokio::time::MissedTickBehavior;
+use tokio::{sync::Semaphore, time::MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::raw::Raw;
@@ -32,6 +32,9 @@ const TICK: Duration = Duration::from_millis(20);
 pub(crate) struct Book {
     inner: Mutex<Ledger>,
     enqueued: AtomicU64,
+    /// With a bound: a permit per task enqueued and not yet handled that
+    /// the producers may still add.
+    room: Option<Semaphore>,
 }
 
 #[derive(Default)]
@@ -50,6 +53,24 @@ pub(crate) struct Taken {
 }
 
 impl Book {
+    /// A book whose producers running flat out stop adding tasks while
+    /// `limit` of theirs wait for a handler, so that the backlog stays
+    /// bounded and the rate measured is the one the relays keep up with.
+    pub(crate) fn bounded(limit: usize) -> Self {
+        Self {
+            room: Some(Semaphore::new(limit)),
+            ..Self::default()
+        }
+    }
+
+    /// Waits until `count` more tasks fit under the bound, if there is one.
+    async fn make_room(&self, count: u32) -> anyhow::Result<()> {
+        if let Some(room) = &self.room {
+            room.acquire_many(count).await?.forget();
+        }
+        Ok(())
+    }
+
     fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -70,6 +91,9 @@ impl Book {
 
     /// The handler of `id` started at `at`.
     fn started(&self, id: TaskId, at: Instant) {
+        if let Some(room) = &self.room {
+            room.add_permits(1);
+        }
         let mut ledger = self.ledger();
         ledger.handled += 1;
         match ledger.committed.remove(&id) {
@@ -107,35 +131,52 @@ impl Handler for Noting {
     }
 }
 
-/// Enqueues about `rate` tasks per second on `conn` until `stop`: one transaction
-/// every 20 ms, holding what the rate asks for since the last, so the rate
-/// holds without a commit per task. A tick missed (a slow commit) is made
-/// up at once, so the offered load stays what was asked while the
-/// database keeps up.
+/// Tasks per transaction when producing flat out.
+const FLAT_OUT: u64 = 100;
+
+/// Enqueues on `conn` until `stop`: about `rate` tasks per second, in one
+/// transaction every 20 ms holding what the rate asks for since the last
+/// (a tick missed, for a slow commit, is made up at once, so the offered
+/// load stays what was asked while the database keeps up); or, without a
+/// rate, transactions of 100 tasks back to back, as fast as the database
+/// takes them and the book's bound lets them.
 pub(crate) async fn produce<B: Raw>(
     store: B::Store,
     mut conn: B::Conn,
     book: Arc<Book>,
-    rate: f64,
+    rate: Option<f64>,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     let mut ticks = tokio::time::interval(TICK);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Burst);
-    let per_tick = rate * TICK.as_secs_f64();
     let (mut owed, mut serial) = (0.0_f64, 0_u64);
     loop {
-        tokio::select! {
-            () = stop.cancelled() => return Ok(()),
-            _ = ticks.tick() => {}
-        }
-        owed += per_tick;
-        let whole = owed.floor();
-        owed -= whole;
-        // Bounded only against a nonsense rate: a drain rate gives hundreds.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let count = whole.clamp(0.0, 1e6) as u64;
+        let count = match rate {
+            Some(rate) => {
+                tokio::select! {
+                    () = stop.cancelled() => return Ok(()),
+                    _ = ticks.tick() => {}
+                }
+                owed += rate * TICK.as_secs_f64();
+                let whole = owed.floor();
+                owed -= whole;
+                // Bounded only against a nonsense rate: a measured one
+                // gives hundreds a tick.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let count = whole.clamp(0.0, 1e6) as u64;
+                count
+            }
+            None if stop.is_cancelled() => return Ok(()),
+            None => FLAT_OUT,
+        };
         if count == 0 {
             continue;
+        }
+        if rate.is_none() {
+            tokio::select! {
+                () = stop.cancelled() => return Ok(()),
+                made = book.make_room(u32::try_from(count)?) => made?,
+            }
         }
         let tasks: Vec<Task> = (0..count)
             .map(|n| Task::new(KIND, 1, format!("{{\"n\":{}}}", serial + n)))

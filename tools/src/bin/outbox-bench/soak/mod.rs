@@ -1,15 +1,19 @@
 //! `cargo xtask bench --soak`: an outbox under steady traffic for as long
 //! as it is asked to run, its figures sampled at a fixed interval.
 //!
-//! First the drain rate of two relays is measured on a fresh backlog;
-//! then producers enqueue at a share of that rate (70% unless told), two
-//! relays deliver, and retention purges what finished a few minutes ago.
+//! First producers enqueue flat out beside two relays for a while (held
+//! back only while 2,000 of their tasks wait), to measure the rate the
+//! machine sustains producing and delivering at once; then, on an empty table, producers enqueue at a share of that
+//! rate (70% unless told), two relays deliver, and retention purges what
+//! finished a few minutes ago.
 //! Each sample records what was enqueued and handled, the backlog, commit
 //! to handler start (p50, p99), the claims' time (p50, p99, as the library
 //! times them) and the task table's storage, with the server's clean-up
 //! (dead rows and autovacuum runs on PostgreSQL, InnoDB's history list).
-//! At the end the producers stop, the relays finish the backlog, and the
-//! run is judged against the soak's targets (a quick run is not judged).
+//! At the end the producers stop and the relays work on the backlog for a
+//! while (what they leave is reported), and the run is judged against the
+//! soak's targets (a quick run is not judged). A relay that reports errors
+//! fails the soak.
 
 mod claims;
 mod load;
@@ -29,7 +33,6 @@ use self::{
     load::{Book, KIND, Noting},
     report::{Sample, SoakRun},
 };
-use super::drain;
 
 /// Relays delivering, as in the drain scenario.
 const RELAYS: usize = 2;
@@ -37,6 +40,10 @@ const RELAYS: usize = 2;
 const PRODUCERS: usize = 2;
 /// Tasks per claim and handler slots per relay.
 const BATCH: usize = 100;
+/// While the rate is measured, the most tasks enqueued and not yet
+/// handled: ten claims' worth per relay, enough that relays never wait
+/// for work, few enough that the table stays small.
+const CALIBRATION_BACKLOG: usize = 10 * BATCH * RELAYS;
 
 /// How long and how hard a soak runs.
 #[derive(Debug, Clone)]
@@ -45,14 +52,18 @@ pub(crate) struct SoakPlan {
     pub(crate) duration: Duration,
     /// How often a sample is taken.
     pub(crate) sample: Duration,
-    /// The producers' rate, as a share of the drain rate measured first.
+    /// The producers' rate, as a share of the rate measured first.
     pub(crate) load: f64,
-    /// Tasks in the backlog the drain rate is measured on.
-    pub(crate) calibration: u64,
+    /// How long producers run flat out beside the relays first, to measure
+    /// the rate the machine sustains (the second half is measured).
+    pub(crate) calibration: Duration,
     /// How long finished tasks are kept.
     pub(crate) retention: Duration,
     /// How often the relays purge.
     pub(crate) purge_interval: Duration,
+    /// How long the relays may work on the backlog once the producers
+    /// stopped.
+    pub(crate) finish_within: Duration,
     /// Whether this is the quick form (its figures are not judged).
     pub(crate) quick: bool,
 }
@@ -66,9 +77,10 @@ impl SoakPlan {
                 duration: Duration::from_secs(30),
                 sample: Duration::from_secs(5),
                 load,
-                calibration: 5_000,
+                calibration: Duration::from_secs(10),
                 retention: Duration::from_secs(20),
                 purge_interval: Duration::from_secs(5),
+                finish_within: Duration::from_secs(20),
                 quick,
             }
         } else {
@@ -76,9 +88,10 @@ impl SoakPlan {
                 duration: Duration::from_secs(minutes * 60),
                 sample: Duration::from_secs(60),
                 load,
-                calibration: 50_000,
+                calibration: Duration::from_secs(60),
                 retention: Duration::from_secs(5 * 60),
                 purge_interval: Duration::from_secs(30),
+                finish_within: Duration::from_secs(120),
                 quick,
             }
         }
@@ -92,6 +105,93 @@ pub(crate) fn claim_times() -> anyhow::Result<ClaimTimes> {
     Ok(times)
 }
 
+/// Two relays delivering to `book`'s handler, and the token that stops
+/// them.
+type Relays = (
+    CancellationToken,
+    Vec<tokio::task::JoinHandle<diesel_outbox_core::RelayReport>>,
+);
+
+fn start_relays<B: Storage>(db: &B, book: &Arc<Book>, plan: &SoakPlan) -> anyhow::Result<Relays> {
+    let registry = Registry::builder()
+        .handler(KIND, 1, Noting(Arc::clone(book)))
+        .build()?;
+    let config = RelayConfig::default()
+        .batch_size(BATCH)
+        .poll_interval(Duration::from_millis(100))
+        .retention(plan.retention)
+        .purge_interval(plan.purge_interval);
+    let stop = CancellationToken::new();
+    let mut relays = Vec::new();
+    for n in 0..RELAYS {
+        let worker_config = WorkerConfig::default()
+            .owner(format!("soak-{n}"))
+            .concurrency(BATCH);
+        let worker = Worker::with_config(db.store().clone(), registry.clone(), worker_config)?;
+        let relay = Relay::new(worker, config.clone())?;
+        let stop = stop.clone();
+        relays.push(tokio::spawn(async move { relay.run(stop).await }));
+    }
+    Ok((stop, relays))
+}
+
+/// Producers enqueueing `rate` tasks/s between them (flat out without
+/// one), and the token that stops them.
+type Producers = (
+    CancellationToken,
+    Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+);
+
+async fn start_producers<B: Storage>(
+    db: &B,
+    book: &Arc<Book>,
+    rate: Option<f64>,
+) -> anyhow::Result<Producers> {
+    let stop = CancellationToken::new();
+    let mut producers = Vec::new();
+    for _ in 0..PRODUCERS {
+        let (store, conn) = (db.store().clone(), db.connect().await?);
+        let share = rate.map(|rate| rate / PRODUCERS as f64);
+        producers.push(tokio::spawn(load::produce::<B>(
+            store,
+            conn,
+            Arc::clone(book),
+            share,
+            stop.clone(),
+        )));
+    }
+    Ok((stop, producers))
+}
+
+/// Stops the producers (failing with the first one's error), lets the
+/// relays work on the backlog for `within` at most, then stops them
+/// (failing if one reported errors); returns the backlog left then.
+async fn finish<B: Storage>(
+    db: &B,
+    producers: Producers,
+    relays: Relays,
+    within: Duration,
+) -> anyhow::Result<u64> {
+    producers.0.cancel();
+    for producer in producers.1 {
+        producer.await??;
+    }
+    let deadline = Instant::now() + within;
+    let left = loop {
+        let backlog = db.store().stats().await?.backlog();
+        if backlog == 0 || Instant::now() >= deadline {
+            break backlog;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    relays.0.cancel();
+    for relay in relays.1 {
+        let report = relay.await?;
+        anyhow::ensure!(report.errors == 0, "a relay reported errors: {report:?}");
+    }
+    Ok(left)
+}
+
 /// Runs one soak on `db` (a database of its own, migrated).
 pub(crate) async fn run<B: Storage>(
     db: &B,
@@ -99,51 +199,37 @@ pub(crate) async fn run<B: Storage>(
     claims: &ClaimTimes,
 ) -> anyhow::Result<SoakRun> {
     eprintln!(
-        "soak: {}: measuring the drain rate of {RELAYS} relays on {} tasks",
+        "soak: {}: measuring for {} s what the machine sustains, producers flat out beside \
+         {RELAYS} relays",
         B::NAME,
-        plan.calibration
+        plan.calibration.as_secs()
     );
-    drain::fresh(db, plan.calibration).await?;
-    let drain_rate = drain::relays(db, plan.calibration).await?;
     db.reset().await?;
-    let rate = drain_rate * plan.load;
+    let book = Arc::new(Book::bounded(CALIBRATION_BACKLOG));
+    let relays = start_relays(db, &book, plan)?;
+    let producers = start_producers(db, &book, None).await?;
+    // The first half warms up; the second is measured.
+    tokio::time::sleep(plan.calibration / 2).await;
+    book.take();
+    let measured = Instant::now();
+    tokio::time::sleep(plan.calibration / 2).await;
+    let taken = book.take();
+    let seconds = measured.elapsed().as_secs_f64();
+    // The producers wait for the relays past a small backlog, so what was
+    // handled is what the two kept up with together.
+    let capacity = (taken.handled as f64 / seconds).max(1.0);
+    finish(db, producers, relays, plan.finish_within).await?;
+    db.reset().await?;
+    let rate = capacity * plan.load;
     eprintln!(
-        "soak: {}: drain {drain_rate:.0} tasks/s; enqueueing {rate:.0} tasks/s for {} s",
+        "soak: {}: sustained {capacity:.0} tasks/s; enqueueing {rate:.0} tasks/s for {} s",
         B::NAME,
         plan.duration.as_secs()
     );
 
     let book = Arc::new(Book::default());
-    let registry = Registry::builder()
-        .handler(KIND, 1, Noting(Arc::clone(&book)))
-        .build()?;
-    let relay_config = RelayConfig::default()
-        .batch_size(BATCH)
-        .poll_interval(Duration::from_millis(100))
-        .retention(plan.retention)
-        .purge_interval(plan.purge_interval);
-    let stop_relays = CancellationToken::new();
-    let mut relays = Vec::new();
-    for n in 0..RELAYS {
-        let config = WorkerConfig::default()
-            .owner(format!("soak-{n}"))
-            .concurrency(BATCH);
-        let worker = Worker::with_config(db.store().clone(), registry.clone(), config)?;
-        let relay = Relay::new(worker, relay_config.clone())?;
-        let stop = stop_relays.clone();
-        relays.push(tokio::spawn(async move { relay.run(stop).await }));
-    }
-    let stop_producers = CancellationToken::new();
-    let mut producers = Vec::new();
-    for _ in 0..PRODUCERS {
-        let (store, conn) = (db.store().clone(), db.connect().await?);
-        let (book, stop) = (Arc::clone(&book), stop_producers.clone());
-        let share = rate / PRODUCERS as f64;
-        producers.push(tokio::spawn(load::produce::<B>(
-            store, conn, book, share, stop,
-        )));
-    }
-
+    let relays = start_relays(db, &book, plan)?;
+    let producers = start_producers(db, &book, Some(rate)).await?;
     claims.take();
     let started = Instant::now();
     let mut samples = Vec::new();
@@ -152,8 +238,8 @@ pub(crate) async fn run<B: Storage>(
     let mut last = Instant::now();
     while started.elapsed() < plan.duration {
         ticks.tick().await;
-        // A producer ends early only on an error, which its join gives.
-        if producers.iter().any(tokio::task::JoinHandle::is_finished) {
+        // A producer ends early only on an error, which `finish` gives.
+        if producers.1.iter().any(tokio::task::JoinHandle::is_finished) {
             break;
         }
         let seconds = last.elapsed().as_secs_f64();
@@ -171,27 +257,11 @@ pub(crate) async fn run<B: Storage>(
         eprintln!("soak: {}: {}", B::NAME, sample.line());
         samples.push(sample);
     }
-    stop_producers.cancel();
-    for producer in producers {
-        producer.await??;
-    }
-    // The relays finish what is left, so nothing enqueued is left behind.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while db.store().stats().await?.backlog() > 0 {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the relays did not finish the backlog within 120 s of the producers' stop"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    stop_relays.cancel();
-    for relay in relays {
-        let report = relay.await?;
-        anyhow::ensure!(report.errors == 0, "a relay reported errors: {report:?}");
-    }
+    let left = finish(db, producers, relays, plan.finish_within).await?;
     Ok(SoakRun {
+        left,
         backend: B::NAME,
-        drain_rate,
+        capacity,
         rate,
         plan: plan.clone(),
         samples,

@@ -95,12 +95,16 @@ impl Sample {
 /// One backend's soak.
 pub(crate) struct SoakRun {
     pub(crate) backend: &'static str,
-    /// Tasks/s two relays drained a fresh backlog at, just before.
-    pub(crate) drain_rate: f64,
+    /// Tasks/s delivered while producers enqueued flat out beside the
+    /// relays, just before.
+    pub(crate) capacity: f64,
     /// Tasks/s the producers were asked for.
     pub(crate) rate: f64,
     pub(crate) plan: SoakPlan,
     pub(crate) samples: Vec<Sample>,
+    /// The backlog left when the relays stopped, [`SoakPlan::finish_within`]
+    /// after the producers.
+    pub(crate) left: u64,
 }
 
 /// One target and how the run did against it.
@@ -207,6 +211,14 @@ impl SoakRun {
                 met: Some(growth < GROWTH),
             });
         }
+        checks.push(Check {
+            target: format!(
+                "the relays finish the backlog within {} s of the producers' stop",
+                self.plan.finish_within.as_secs()
+            ),
+            measured: format!("{} tasks left", group_digits(&self.left.to_string())),
+            met: Some(self.left == 0),
+        });
         checks
     }
 
@@ -323,10 +335,10 @@ impl SoakRun {
         }
         TimeChart {
             title: format!(
-                "Soak, {backend}: {:.0} tasks/s offered ({:.0}% of a {:.0} tasks/s drain), retention {} s",
+                "Soak, {backend}: {:.0} tasks/s offered ({:.0}% of {:.0} sustained), retention {} s",
                 self.rate,
                 self.plan.load * 100.0,
-                self.drain_rate,
+                self.capacity,
                 self.plan.retention.as_secs()
             ),
             panels,
@@ -366,14 +378,14 @@ pub(crate) fn section(runs: &[SoakRun], meta: &Meta) -> String {
             .map_or_else(String::new, |(_, s)| format!(" ({s})"));
         out.push_str(&format!(
             "\n### {backend}{server}\n\n\
-             {} minutes: producers offered {} tasks/s, {:.0}% of the {} tasks/s two relays drained \
-             a fresh backlog of {} at just before; retention {} s, purged every {} s; a sample \
-             every {} s.\n\n",
+             {} minutes: producers offered {} tasks/s, {:.0}% of the {} tasks/s the machine \
+             delivered while producers enqueued flat out beside the relays for {} s just before; \
+             retention {} s, purged every {} s; a sample every {} s.\n\n",
             run.plan.duration.as_secs() / 60,
             group_digits(&format!("{:.0}", run.rate)),
             run.plan.load * 100.0,
-            group_digits(&format!("{:.0}", run.drain_rate)),
-            group_digits(&run.plan.calibration.to_string()),
+            group_digits(&format!("{:.0}", run.capacity)),
+            run.plan.calibration.as_secs(),
             run.plan.retention.as_secs(),
             run.plan.purge_interval.as_secs(),
             run.plan.sample.as_secs(),
