@@ -3,9 +3,10 @@
 //!
 //! First producers enqueue flat out beside two relays for a while (held
 //! back only while 2,000 of their tasks wait), to measure the rate the
-//! machine sustains producing and delivering at once; then, on an empty table, producers enqueue at a share of that
-//! rate (70% unless told), two relays deliver, and retention purges what
-//! finished a few minutes ago.
+//! machine sustains producing and delivering at once (on a database of its
+//! own); then, on a new outbox whose tables were never analyzed, producers
+//! enqueue at a share of that rate (70% unless told), two relays deliver,
+//! and retention purges what finished a few minutes ago.
 //! Each sample records what was enqueued and handled, the backlog, commit
 //! to handler start (p50, p99), the claims' time (p50, p99, as the library
 //! times them) and the task table's storage, with the server's clean-up
@@ -40,6 +41,10 @@ const RELAYS: usize = 2;
 const PRODUCERS: usize = 2;
 /// Tasks per claim and handler slots per relay.
 const BATCH: usize = 100;
+/// The relays' poll interval: what a service that wants its messages out
+/// within tens of milliseconds sets, without `NOTIFY` (the other backends
+/// have none).
+const POLL: Duration = Duration::from_millis(25);
 /// While the rate is measured, the most tasks enqueued and not yet
 /// handled: ten claims' worth per relay, enough that relays never wait
 /// for work, few enough that the table stays small.
@@ -118,7 +123,7 @@ fn start_relays<B: Storage>(db: &B, book: &Arc<Book>, plan: &SoakPlan) -> anyhow
         .build()?;
     let config = RelayConfig::default()
         .batch_size(BATCH)
-        .poll_interval(Duration::from_millis(100))
+        .poll_interval(POLL)
         .retention(plan.retention)
         .purge_interval(plan.purge_interval);
     let stop = CancellationToken::new();
@@ -192,22 +197,24 @@ async fn finish<B: Storage>(
     Ok(left)
 }
 
-/// Runs one soak on `db` (a database of its own, migrated).
+/// Runs one soak on `db`, a new database of its own (migrated, its tables
+/// never analyzed, as a new outbox's are), after measuring the rate on
+/// another that is dropped then.
 pub(crate) async fn run<B: Storage>(
     db: &B,
     plan: &SoakPlan,
     claims: &ClaimTimes,
 ) -> anyhow::Result<SoakRun> {
+    let measured_on = B::create("soak_measure").await?;
     eprintln!(
         "soak: {}: measuring for {} s what the machine sustains, producers flat out beside \
          {RELAYS} relays",
         B::NAME,
         plan.calibration.as_secs()
     );
-    db.reset().await?;
     let book = Arc::new(Book::bounded(CALIBRATION_BACKLOG));
-    let relays = start_relays(db, &book, plan)?;
-    let producers = start_producers(db, &book, None).await?;
+    let relays = start_relays(&measured_on, &book, plan)?;
+    let producers = start_producers(&measured_on, &book, None).await?;
     // The first half warms up; the second is measured.
     tokio::time::sleep(plan.calibration / 2).await;
     book.take();
@@ -218,8 +225,8 @@ pub(crate) async fn run<B: Storage>(
     // The producers wait for the relays past a small backlog, so what was
     // handled is what the two kept up with together.
     let capacity = (taken.handled as f64 / seconds).max(1.0);
-    finish(db, producers, relays, plan.finish_within).await?;
-    db.reset().await?;
+    finish(&measured_on, producers, relays, plan.finish_within).await?;
+    drop(measured_on);
     let rate = capacity * plan.load;
     eprintln!(
         "soak: {}: sustained {capacity:.0} tasks/s; enqueueing {rate:.0} tasks/s for {} s",
