@@ -161,7 +161,9 @@ impl SoakRun {
                 DRIFT * 100.0
             ),
             measured: format!(
-                "{t0:.0} then {t1:.0} tasks/s ({:+.1}%)",
+                "{} then {} tasks/s ({:+.1}%)",
+                group_digits(&format!("{t0:.0}")),
+                group_digits(&format!("{t1:.0}")),
                 (t1 / t0 - 1.0) * 100.0
             ),
             met: long_enough.then(|| drift(t0, t1) <= DRIFT),
@@ -359,6 +361,12 @@ pub(crate) fn section(runs: &[SoakRun], meta: &Meta) -> String {
     );
     if meta.quick {
         out.push_str("> **Quick soak: a smoke check, not judged.** A full soak replaces it.\n\n");
+    }
+    if !meta.gaps.is_empty() {
+        out.push_str(&format!(
+            "> **Partial soak: {}.** Written with `--allow-partial-docs`.\n\n",
+            meta.gaps.join("; ")
+        ));
     }
     let commit = match &meta.commit {
         Some((commit, false)) => format!(" at commit `{commit}`"),
