@@ -28,7 +28,7 @@ INSERT INTO outbox_tasks (kind, version, payload, headers, ordering_key, dedup_k
                           max_attempts, next_attempt_at, expires_at, status)
 VALUES ($1, $2, $3, $4, $5, $6, $7, COALESCE($8, now()), $9,
         CASE WHEN NOT $10 THEN 'blocked' WHEN $8 > now() THEN 'waiting' ELSE 'available' END)
-ON CONFLICT (dedup_key) DO NOTHING
+ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
 RETURNING id";
 
 /// [`INSERT_ONE`] for the common task that uses none of the options beyond
@@ -71,7 +71,7 @@ WITH input AS MATERIALIZED (
                 WHEN COALESCE(next_attempt_at, now()) > now() THEN 'waiting'
                 ELSE 'available' END
     FROM input ORDER BY ord
-    ON CONFLICT (dedup_key) DO NOTHING
+    ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
     RETURNING id
 )
 SELECT input.id, input.dedup_key, inserted.id IS NOT NULL AS inserted

@@ -17,3 +17,4 @@ mod own_schema;
 mod plain_enqueue;
 mod pool_recycling;
 mod round_faults;
+mod storage;

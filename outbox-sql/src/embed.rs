@@ -37,6 +37,7 @@ macro_rules! embed_outbox_migrations {
                 "2026-11-29-000000_create_outbox_tasks",
                 "2026-12-01-000000_outbox_identity",
                 "2026-12-05-000000_outbox_relays",
+                "2026-12-06-000000_outbox_tasks_storage",
             ],
             inbox = ["2026-11-30-000000_create_outbox_inbox"],
         }

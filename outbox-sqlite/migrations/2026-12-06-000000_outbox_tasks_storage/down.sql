@@ -1,0 +1,2 @@
+-- Nothing to revert: the migration changes nothing on SQLite.
+SELECT 1;
