@@ -16,21 +16,38 @@ use super::{
     stats::{median, process_cpu},
 };
 
-const KIND: &str = "bench.noop";
-const BATCH: usize = 100;
-const WORKERS: usize = 2;
+pub(crate) const KIND: &str = "bench.noop";
 
-fn workers<B: Raw>(db: &B, handler: &Counting) -> anyhow::Result<Vec<Worker<B::Store>>> {
+/// How a drain runs: how many relays, `retry_pending` workers or
+/// hand-written loops (each loop on a connection of its own), and how many
+/// tasks each claims at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shape {
+    pub(crate) workers: usize,
+    pub(crate) batch: usize,
+}
+
+/// The drain scenario's shape: two of each, claims of 100.
+const SHAPE: Shape = Shape {
+    workers: 2,
+    batch: 100,
+};
+
+fn workers<B: Raw>(
+    store: &B::Store,
+    handler: &Counting,
+    shape: Shape,
+) -> anyhow::Result<Vec<Worker<B::Store>>> {
     let registry = Registry::builder()
         .handler(KIND, 1, handler.clone())
         .build()?;
-    (0..WORKERS)
+    (0..shape.workers)
         .map(|n| {
             let config = WorkerConfig::default()
                 .owner(format!("bench-{n}"))
-                .concurrency(BATCH);
+                .concurrency(shape.batch);
             Ok(Worker::with_config(
-                db.store().clone(),
+                store.clone(),
                 registry.clone(),
                 config,
             )?)
@@ -38,13 +55,19 @@ fn workers<B: Raw>(db: &B, handler: &Counting) -> anyhow::Result<Vec<Worker<B::S
         .collect()
 }
 
-/// Tasks/s of two workers each running one `retry_pending(100)` round.
-async fn rounds<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<f64> {
+/// Tasks/s of `shape.workers` workers on `store`, each running one
+/// `retry_pending(shape.batch)` round.
+pub(crate) async fn rounds<B: Raw>(
+    store: &B::Store,
+    tasks: u64,
+    shape: Shape,
+) -> anyhow::Result<f64> {
     let handler = Counting::default();
-    let workers = workers(db, &handler)?;
+    let workers = workers::<B>(store, &handler, shape)?;
     let started = Instant::now();
     let reports =
-        futures_util::future::try_join_all(workers.iter().map(|w| w.retry_pending(BATCH))).await?;
+        futures_util::future::try_join_all(workers.iter().map(|w| w.retry_pending(shape.batch)))
+            .await?;
     let took = started.elapsed();
     let handled: u64 = reports.iter().map(|r| r.succeeded).sum();
     anyhow::ensure!(
@@ -54,17 +77,22 @@ async fn rounds<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<f64> {
     Ok(tasks as f64 / took.as_secs_f64())
 }
 
-/// Tasks/s of two relays until every task was handled.
-async fn relays<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<f64> {
+/// Tasks/s of `shape.workers` relays on `store`, claiming up to
+/// `shape.batch` each, until every task was handled.
+pub(crate) async fn relays<B: Raw>(
+    store: &B::Store,
+    tasks: u64,
+    shape: Shape,
+) -> anyhow::Result<f64> {
     let handler = Counting::default();
     let shutdown = CancellationToken::new();
     let config = RelayConfig::default()
-        .batch_size(BATCH)
+        .batch_size(shape.batch)
         .poll_interval(Duration::from_millis(100))
         .retention(None);
     let started = Instant::now();
     let mut running = Vec::new();
-    for worker in workers(db, &handler)? {
+    for worker in workers::<B>(store, &handler, shape)? {
         let relay = Relay::new(worker, config.clone())?;
         let shutdown = shutdown.clone();
         running.push(tokio::spawn(async move { relay.run(shutdown).await }));
@@ -78,18 +106,18 @@ async fn relays<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<f64> {
     Ok(tasks as f64 / started.elapsed().as_secs_f64())
 }
 
-/// Tasks/s of the hand-written claim + complete loop on two connections,
-/// claims of up to `batch`, until `tasks` pending tasks are handled. Each
-/// connection claims after the last id it took, and stops once a claim from
-/// the lowest id finds nothing.
+/// Tasks/s of the hand-written claim + complete loop on `shape.workers`
+/// connections, claims of up to `shape.batch`, until `tasks` pending tasks
+/// are handled. Each connection claims after the last id it took, and
+/// stops once a claim from the lowest id finds nothing.
 pub(crate) async fn raw_loop<B: Raw>(
     db: &B,
     tasks: u64,
-    batch: usize,
+    shape: Shape,
     prepare: Prepare,
 ) -> anyhow::Result<f64> {
-    let batch = i64::try_from(batch)?;
-    let connect = (0..WORKERS).map(|_| db.drain_connection());
+    let batch = i64::try_from(shape.batch)?;
+    let connect = (0..shape.workers).map(|_| db.drain_connection());
     let conns = futures_util::future::try_join_all(connect).await?;
     let started = Instant::now();
     let loops = conns.into_iter().map(|mut conn| async move {
@@ -119,7 +147,7 @@ pub(crate) async fn raw_loop<B: Raw>(
     Ok(tasks as f64 / started.elapsed().as_secs_f64())
 }
 
-async fn fresh<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<()> {
+pub(crate) async fn fresh<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<()> {
     db.reset().await?;
     db.fill_pending(tasks, KIND).await?;
     db.analyze().await
@@ -147,12 +175,18 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
     let (mut by_raw_each_call, mut cpu_raw_each_call) = (Vec::new(), Vec::new());
     for _ in 0..plan.runs {
         fresh(db, tasks).await?;
-        timed(tasks, rounds(db, tasks), &mut by_rounds, &mut cpu_rounds).await?;
+        timed(
+            tasks,
+            rounds::<B>(db.store(), tasks, SHAPE),
+            &mut by_rounds,
+            &mut cpu_rounds,
+        )
+        .await?;
         fresh(db, tasks).await?;
-        let once = raw_loop(db, tasks, BATCH, Prepare::Once);
+        let once = raw_loop(db, tasks, SHAPE, Prepare::Once);
         timed(tasks, once, &mut by_raw, &mut cpu_raw).await?;
         fresh(db, tasks).await?;
-        let each_call = raw_loop(db, tasks, BATCH, Prepare::EachCall);
+        let each_call = raw_loop(db, tasks, SHAPE, Prepare::EachCall);
         timed(
             tasks,
             each_call,
@@ -161,7 +195,13 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
         )
         .await?;
         fresh(db, tasks).await?;
-        timed(tasks, relays(db, tasks), &mut by_relays, &mut cpu_relays).await?;
+        timed(
+            tasks,
+            relays::<B>(db.store(), tasks, SHAPE),
+            &mut by_relays,
+            &mut cpu_relays,
+        )
+        .await?;
     }
     let cpu_raw = median(&cpu_raw);
     let (cpu_rounds, cpu_relays) = (median(&cpu_rounds), median(&cpu_relays));

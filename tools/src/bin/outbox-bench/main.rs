@@ -9,6 +9,7 @@
 //! of `docs/benchmarks.md` and its plots in `docs/bench/` (see [`docs`]).
 
 mod counting;
+mod curve;
 mod docs;
 mod drain;
 mod enqueue;
@@ -150,6 +151,9 @@ pub(crate) enum Scenario {
     Latency,
     /// Claim cost, and the read of the ages, beside each backlog shape.
     Scale,
+    /// Drain throughput with 1, 2, 4 and 8 relays, rounds and hand-written
+    /// loops, at claims of 10, 100 and 1,000.
+    Scaling,
     /// JetStream publishing through the relay against raw async-nats, a
     /// hand-written publisher and the raw drain loop alone.
     Nats,
@@ -184,6 +188,10 @@ pub(crate) struct Plan {
     pub(crate) finished: u64,
     /// Claims per table in each scale scenario.
     pub(crate) claims: usize,
+    /// Pending tasks per drain of the scaling curve.
+    pub(crate) curve_tasks: u64,
+    /// Drains per point of the scaling curve (the median is reported).
+    pub(crate) curve_runs: usize,
     /// Tasks per broker run (JetStream, RabbitMQ, Redis, Kafka).
     #[cfg_attr(
         not(any(
@@ -209,6 +217,8 @@ impl Plan {
                 keyed: 10_000,
                 finished: 100_000,
                 claims: 20,
+                curve_tasks: 1_000,
+                curve_runs: 1,
                 nats_tasks: 1_000,
             }
         } else {
@@ -221,6 +231,8 @@ impl Plan {
                 keyed: 100_000,
                 finished: 1_000_000,
                 claims: 50,
+                curve_tasks: 20_000,
+                curve_runs: 3,
                 nats_tasks: 10_000,
             }
         }
@@ -231,6 +243,7 @@ impl Plan {
 pub(crate) struct Results {
     pub(crate) figures: Vec<Figure>,
     pub(crate) latencies: Vec<Latencies>,
+    pub(crate) curves: Vec<curve::Curve>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -307,6 +320,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
             }
             // Before the run, so that a long run is not spent for nothing.
             docs::check(dir)?;
+            if only.runs(Scenario::Scaling) {
+                curve::check(dir)?;
+            }
             let passed: Vec<String> = std::env::args().skip(1).collect();
             let command = docs::command(args.invoked_as.as_deref(), &passed);
             Some(docs::Meta::start(command, args.quick, gaps, profile, &plan))
@@ -382,8 +398,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 Err(error) => eprintln!("bench: the NATS server's version: {error:#}"),
             }
         }
-        for path in docs::write(dir, &results, &meta)? {
-            eprintln!("bench: wrote {}", path.display());
+        if !results.figures.is_empty() || !results.latencies.is_empty() {
+            for path in docs::write(dir, &results, &meta)? {
+                eprintln!("bench: wrote {}", path.display());
+            }
+        }
+        if !results.curves.is_empty() {
+            for path in curve::write(dir, &results.curves, &meta)? {
+                eprintln!("bench: wrote {}", path.display());
+            }
         }
     }
     Ok(())
@@ -595,6 +618,10 @@ async fn backend<B: Raw + Server>(
             .extend(scale::measure(&due_only, &shaped, plan).await?);
         drop((due_only, shaped));
     }
+    if only.runs(Scenario::Scaling) {
+        step("scaling");
+        results.curves.push(curve::measure(&db, plan).await?);
+    }
     if brokers.nats && only.runs(Scenario::Nats) {
         #[cfg(feature = "nats")]
         {
@@ -677,6 +704,15 @@ fn print_table(results: &Results, profile: &str, seconds: u64) {
             l.p(1.0),
             l.samples.len()
         );
+    }
+    for curve in &results.curves {
+        println!();
+        println!(
+            "scaling on {}: drains of {} tasks, medians of {}",
+            curve.backend, curve.tasks, curve.runs
+        );
+        println!();
+        print!("{}", curve.table());
     }
     println!();
     println!("{profile} build; took {seconds} s");

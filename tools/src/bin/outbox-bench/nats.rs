@@ -9,7 +9,7 @@ use futures_util::{StreamExt, stream::FuturesUnordered};
 
 use super::{
     Plan,
-    drain::{raw_loop, timed},
+    drain::{Shape, raw_loop, timed},
     figure::{CPU_UNIT, Cpu, Figure, Plot},
     publishing::{
         IN_FLIGHT, KIND, Sink, hand_written, hand_written_overlapping, pending, through_relay,
@@ -135,7 +135,11 @@ impl Sink for Stream {
 /// loop on MariaDB). A relay claims and completes every task too, and
 /// publishes it besides.
 async fn reference_drain<B: Raw>(db: &B, count: u64) -> anyhow::Result<f64> {
-    raw_loop(db, count, IN_FLIGHT, Prepare::Once).await
+    let shape = Shape {
+        workers: 2,
+        batch: IN_FLIGHT,
+    };
+    raw_loop(db, count, shape, Prepare::Once).await
 }
 
 /// The relay with the JetStream publisher vs raw publishing, vs the

@@ -1,7 +1,8 @@
-//! SVG line charts over time, for the soak: panels stacked one above the
-//! other on one time axis (minutes since the start), each with its own
-//! linear value axis from zero, drawn by hand in plain `<svg>` as the bar
-//! charts of [`plot`](super::plot) are, so that GitHub shows them.
+//! SVG line charts: panels stacked one above the other on one linear axis
+//! (minutes since the start of a soak, or the relays of the scaling
+//! curve), each with its own linear value axis from zero, drawn by hand in
+//! plain `<svg>` as the bar charts of [`plot`](super::plot) are, so that
+//! GitHub shows them.
 
 use std::fmt::Write as _;
 
@@ -9,8 +10,7 @@ use super::plot::{
     BASELINE, FONT, GRID, LIBRARY, MUTED, TEXT, escape, line, nice_step, px, rect, text, tick,
 };
 
-/// One line: its name in the legend, and its points (minutes since the
-/// start, value).
+/// One line: its name in the legend, and its points (x, value).
 #[derive(Debug, Clone)]
 pub(crate) struct Line {
     pub(crate) name: String,
@@ -25,10 +25,12 @@ pub(crate) struct TimePanel {
     pub(crate) lines: Vec<Line>,
 }
 
-/// A chart: a title and its panels, all on the same minutes.
+/// A chart: a title and its panels, all on the same x axis, named by
+/// `x_label`.
 #[derive(Debug, Clone)]
 pub(crate) struct TimeChart {
     pub(crate) title: String,
+    pub(crate) x_label: String,
     pub(crate) panels: Vec<TimePanel>,
 }
 
@@ -206,7 +208,7 @@ impl TimeChart {
             y - PANEL_GAP + X_AXIS,
             "middle",
             &format!(r#"fill="{MUTED}""#),
-            "minutes",
+            &self.x_label,
         );
         out.push_str("</svg>\n");
         out
@@ -221,6 +223,7 @@ mod tests {
     fn chart(panels: Vec<TimePanel>) -> TimeChart {
         TimeChart {
             title: "Soak <a&b>".to_owned(),
+            x_label: "minutes".to_owned(),
             panels,
         }
     }

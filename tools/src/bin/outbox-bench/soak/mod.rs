@@ -3,8 +3,8 @@
 //!
 //! First producers enqueue flat out beside two relays for a while (held
 //! back only while 2,000 of their tasks wait), to measure the rate the
-//! machine sustains producing and delivering at once (on a database of its
-//! own); then, on a new outbox whose tables were never analyzed, producers
+//! machine sustains producing, delivering and purging at once (on a
+//! database of its own, every finished task purged within seconds); then, on a new outbox whose tables were never analyzed, producers
 //! enqueue at a share of that rate (70% unless told), two relays deliver,
 //! and retention purges what finished a few minutes ago.
 //! Each sample records what was enqueued and handled, the backlog, commit
@@ -49,6 +49,8 @@ const POLL: Duration = Duration::from_millis(25);
 /// handled: ten claims' worth per relay, enough that relays never wait
 /// for work, few enough that the table stays small.
 const CALIBRATION_BACKLOG: usize = 10 * BATCH * RELAYS;
+/// While the rate is measured, how often the relays purge what finished.
+const CALIBRATION_PURGE: Duration = Duration::from_secs(2);
 
 /// How long and how hard a soak runs.
 #[derive(Debug, Clone)]
@@ -205,6 +207,18 @@ pub(crate) async fn run<B: Storage>(
     plan: &SoakPlan,
     claims: &ClaimTimes,
 ) -> anyhow::Result<SoakRun> {
+    let cleanup = db.cleanup().await?;
+    if cleanup.off {
+        let warning = format!(
+            "the {} server has autovacuum off ({}): no dead row is ever removed, so the soak \
+             would measure that server rather than what an outbox does in production; point \
+             OUTBOX_PG_URL at a server with production settings",
+            B::NAME,
+            cleanup.summary,
+        );
+        anyhow::ensure!(plan.quick, "{warning}");
+        eprintln!("soak: warning: {warning}");
+    }
     let measured_on = B::create("soak_measure").await?;
     eprintln!(
         "soak: {}: measuring for {} s what the machine sustains, producers flat out beside \
@@ -213,7 +227,15 @@ pub(crate) async fn run<B: Storage>(
         plan.calibration.as_secs()
     );
     let book = Arc::new(Book::bounded(CALIBRATION_BACKLOG));
-    let relays = start_relays(&measured_on, &book, plan)?;
+    // Every task finished is purged within seconds, so the rate measured
+    // pays for the delete each task costs once the soak's retention
+    // passes, as well as for its insert, claim and completion.
+    let purging = SoakPlan {
+        retention: Duration::ZERO,
+        purge_interval: CALIBRATION_PURGE,
+        ..plan.clone()
+    };
+    let relays = start_relays(&measured_on, &book, &purging)?;
     let producers = start_producers(&measured_on, &book, None).await?;
     // The first half warms up; the second is measured.
     tokio::time::sleep(plan.calibration / 2).await;
@@ -267,6 +289,7 @@ pub(crate) async fn run<B: Storage>(
     let left = finish(db, producers, relays, plan.finish_within).await?;
     Ok(SoakRun {
         left,
+        cleanup: cleanup.summary,
         backend: B::NAME,
         capacity,
         rate,

@@ -105,6 +105,8 @@ pub(crate) struct SoakRun {
     /// The backlog left when the relays stopped, [`SoakPlan::finish_within`]
     /// after the producers.
     pub(crate) left: u64,
+    /// The server's clean-up settings, in words.
+    pub(crate) cleanup: String,
 }
 
 /// One target and how the run did against it.
@@ -343,6 +345,7 @@ impl SoakRun {
                 self.capacity,
                 self.plan.retention.as_secs()
             ),
+            x_label: "minutes".to_owned(),
             panels,
         }
     }
@@ -388,7 +391,7 @@ pub(crate) fn section(runs: &[SoakRun], meta: &Meta) -> String {
             "\n### {backend}{server}\n\n\
              {} minutes: producers offered {} tasks/s, {:.0}% of the {} tasks/s the machine \
              delivered while producers enqueued flat out beside the relays for {} s just before; \
-             retention {} s, purged every {} s; a sample every {} s.\n\n",
+             retention {} s, purged every {} s; a sample every {} s. Clean-up: {}.\n\n",
             run.plan.duration.as_secs() / 60,
             group_digits(&format!("{:.0}", run.rate)),
             run.plan.load * 100.0,
@@ -397,6 +400,7 @@ pub(crate) fn section(runs: &[SoakRun], meta: &Meta) -> String {
             run.plan.retention.as_secs(),
             run.plan.purge_interval.as_secs(),
             run.plan.sample.as_secs(),
+            run.cleanup,
         ));
         out.push_str(&run.verdict());
         out.push_str(&format!(

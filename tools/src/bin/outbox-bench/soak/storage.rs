@@ -7,7 +7,7 @@ use std::future::Future;
 use diesel::{
     QueryableByName,
     query_builder::SqlQuery,
-    sql_types::{BigInt, Nullable},
+    sql_types::{BigInt, Bool, Nullable, Text},
 };
 use diesel_async::{RunQueryDsl, methods::LoadQuery};
 
@@ -40,10 +40,35 @@ pub(crate) struct Reading {
     pub(crate) history: Option<i64>,
 }
 
+/// What the server is set to do about the row versions a write replaces,
+/// which decides whether a soak's table can level off.
+#[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
+pub(crate) struct Cleanup {
+    /// The settings, in words, for the report.
+    #[diesel(sql_type = Text)]
+    pub(crate) summary: String,
+    /// Whether the server removes none (PostgreSQL with `autovacuum` off).
+    #[diesel(sql_type = Bool)]
+    pub(crate) off: bool,
+}
+
 /// A backend whose task table's storage can be read.
 pub(crate) trait Storage: Raw {
     /// Reads the storage of the default-named `outbox_tasks`.
     fn storage(&self) -> impl Future<Output = anyhow::Result<Reading>> + Send;
+
+    /// Reads the server's clean-up settings, and the table's own.
+    fn cleanup(&self) -> impl Future<Output = anyhow::Result<Cleanup>> + Send;
+}
+
+/// The one row `sql` selects, on a connection of its own.
+async fn read_cleanup<B>(db: &B, sql: &'static str) -> anyhow::Result<Cleanup>
+where
+    B: Raw,
+    SqlQuery: LoadQuery<'static, B::Conn, Cleanup>,
+{
+    let mut conn = db.connect().await?;
+    Ok(diesel::sql_query(sql).get_result(&mut conn).await?)
 }
 
 /// The one row `sql` selects, on a connection of its own.
@@ -71,6 +96,23 @@ impl Storage for diesel_outbox_testkit::postgres::PgTestDb {
         )
         .await
     }
+
+    async fn cleanup(&self) -> anyhow::Result<Cleanup> {
+        read_cleanup(
+            self,
+            "SELECT format('autovacuum %s (naptime %s, %s workers, cost limit %s, delay %s); \
+                            outbox_tasks: %s', \
+                           current_setting('autovacuum'), current_setting('autovacuum_naptime'), \
+                           current_setting('autovacuum_max_workers'), \
+                           current_setting('autovacuum_vacuum_cost_limit'), \
+                           current_setting('autovacuum_vacuum_cost_delay'), \
+                           COALESCE((SELECT array_to_string(reloptions, ', ') FROM pg_class \
+                                     WHERE oid = 'outbox_tasks'::regclass), \
+                                    'the server''s settings')) AS summary, \
+                    current_setting('autovacuum') = 'off' AS off",
+        )
+        .await
+    }
 }
 
 #[cfg(feature = "mysql")]
@@ -94,6 +136,16 @@ impl Storage for diesel_outbox_testkit::mysql::MysqlTestDb {
         )
         .await
     }
+
+    async fn cleanup(&self) -> anyhow::Result<Cleanup> {
+        read_cleanup(
+            self,
+            "SELECT CONCAT('InnoDB purge: ', @@innodb_purge_threads, ' threads, ', \
+                           'innodb_max_purge_lag ', @@innodb_max_purge_lag) AS summary, \
+                    FALSE AS off",
+        )
+        .await
+    }
 }
 
 #[cfg(feature = "sqlite")]
@@ -109,6 +161,18 @@ impl Storage for diesel_outbox_testkit::sqlite::SqliteTestDb {
                     (SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()) \
                       AS file_bytes, \
                     NULL AS dead_rows, NULL AS autovacuums, NULL AS history",
+        )
+        .await
+    }
+
+    async fn cleanup(&self) -> anyhow::Result<Cleanup> {
+        // A delete frees its pages to the database's free list at once;
+        // later writes reuse them.
+        read_cleanup(
+            self,
+            "SELECT 'none needed: freed pages are reused (auto_vacuum ' || \
+                    (SELECT auto_vacuum FROM pragma_auto_vacuum()) || ')' AS summary, \
+                    FALSE AS off",
         )
         .await
     }
