@@ -62,20 +62,11 @@ pub(crate) trait Storage: Raw {
 }
 
 /// The one row `sql` selects, on a connection of its own.
-async fn read_cleanup<B>(db: &B, sql: &'static str) -> anyhow::Result<Cleanup>
+async fn read<B, R>(db: &B, sql: &'static str) -> anyhow::Result<R>
 where
     B: Raw,
-    SqlQuery: LoadQuery<'static, B::Conn, Cleanup>,
-{
-    let mut conn = db.connect().await?;
-    Ok(diesel::sql_query(sql).get_result(&mut conn).await?)
-}
-
-/// The one row `sql` selects, on a connection of its own.
-async fn read<B>(db: &B, sql: &'static str) -> anyhow::Result<Reading>
-where
-    B: Raw,
-    SqlQuery: LoadQuery<'static, B::Conn, Reading>,
+    R: Send,
+    SqlQuery: LoadQuery<'static, B::Conn, R>,
 {
     let mut conn = db.connect().await?;
     Ok(diesel::sql_query(sql).get_result(&mut conn).await?)
@@ -98,7 +89,7 @@ impl Storage for diesel_outbox_testkit::postgres::PgTestDb {
     }
 
     async fn cleanup(&self) -> anyhow::Result<Cleanup> {
-        read_cleanup(
+        read(
             self,
             "SELECT format('autovacuum %s (naptime %s, %s workers, cost limit %s, delay %s); \
                             outbox_tasks: %s', \
@@ -138,7 +129,7 @@ impl Storage for diesel_outbox_testkit::mysql::MysqlTestDb {
     }
 
     async fn cleanup(&self) -> anyhow::Result<Cleanup> {
-        read_cleanup(
+        read(
             self,
             "SELECT CONCAT('InnoDB purge: ', @@innodb_purge_threads, ' threads, ', \
                            'innodb_max_purge_lag ', @@innodb_max_purge_lag) AS summary, \
@@ -168,7 +159,7 @@ impl Storage for diesel_outbox_testkit::sqlite::SqliteTestDb {
     async fn cleanup(&self) -> anyhow::Result<Cleanup> {
         // A delete frees its pages to the database's free list at once;
         // later writes reuse them.
-        read_cleanup(
+        read(
             self,
             "SELECT 'none needed: freed pages are reused (auto_vacuum ' || \
                     (SELECT auto_vacuum FROM pragma_auto_vacuum()) || ')' AS summary, \
