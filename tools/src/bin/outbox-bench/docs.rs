@@ -915,6 +915,25 @@ mod tests {
             super::gaps(Backend::All, &[Scenario::Nats], true, false, false, false),
             ["only the scenario nats"]
         );
+        // The scaling curve writes a section of its own: alone it leaves
+        // the results untouched, beside others it is not one of them.
+        let scaling = [Scenario::Scaling];
+        assert!(super::gaps(Backend::All, &scaling, false, false, false, false).is_empty());
+        assert_eq!(
+            super::gaps(Backend::Sqlite, &scaling, false, false, false, false),
+            ["only SQLite"]
+        );
+        assert_eq!(
+            super::gaps(
+                Backend::All,
+                &[Scenario::Scaling, Scenario::Drain],
+                true,
+                true,
+                true,
+                true
+            ),
+            ["only the scenario drain"]
+        );
     }
 
     #[test]
@@ -1009,6 +1028,7 @@ mod tests {
                 samples: (1..=100).map(Duration::from_micros).collect(),
                 target_p99_ms: Some(10.0),
             }],
+            curves: Vec::new(),
         }
     }
 

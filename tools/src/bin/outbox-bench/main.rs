@@ -655,6 +655,24 @@ async fn backend<B: Raw + Server>(
 
 #[allow(clippy::print_stdout)] // the table is the command's output
 fn print_table(results: &Results, profile: &str, seconds: u64) {
+    if !results.figures.is_empty() || !results.latencies.is_empty() {
+        print_figures(results);
+    }
+    for curve in &results.curves {
+        println!();
+        println!(
+            "scaling on {}: drains of {} tasks, medians of {}",
+            curve.backend, curve.tasks, curve.runs
+        );
+        println!();
+        print!("{}", curve.table());
+    }
+    println!();
+    println!("{profile} build; took {seconds} s");
+}
+
+#[allow(clippy::print_stdout)] // the tables are the command's output
+fn print_figures(results: &Results) {
     println!();
     println!("| backend | scenario | library | baseline | ratio | target | runs |");
     println!("|---|---|---|---|---|---|---|");
@@ -705,15 +723,4 @@ fn print_table(results: &Results, profile: &str, seconds: u64) {
             l.samples.len()
         );
     }
-    for curve in &results.curves {
-        println!();
-        println!(
-            "scaling on {}: drains of {} tasks, medians of {}",
-            curve.backend, curve.tasks, curve.runs
-        );
-        println!();
-        print!("{}", curve.table());
-    }
-    println!();
-    println!("{profile} build; took {seconds} s");
 }

@@ -105,7 +105,7 @@ pub(crate) struct SoakRun {
     /// The backlog left when the relays stopped, [`SoakPlan::finish_within`]
     /// after the producers.
     pub(crate) left: u64,
-    /// The server's clean-up settings, in words.
+    /// The server's clean-up (and, on PostgreSQL, WAL) settings, in words.
     pub(crate) cleanup: String,
 }
 
@@ -391,7 +391,7 @@ pub(crate) fn section(runs: &[SoakRun], meta: &Meta) -> String {
             "\n### {backend}{server}\n\n\
              {} minutes: producers offered {} tasks/s, {:.0}% of the {} tasks/s the machine \
              delivered while producers enqueued flat out beside the relays for {} s just before; \
-             retention {} s, purged every {} s; a sample every {} s. Clean-up: {}.\n\n",
+             retention {} s, purged every {} s; a sample every {} s. Server: {}.\n\n",
             run.plan.duration.as_secs() / 60,
             group_digits(&format!("{:.0}", run.rate)),
             run.plan.load * 100.0,

@@ -40,8 +40,9 @@ pub(crate) struct Reading {
     pub(crate) history: Option<i64>,
 }
 
-/// What the server is set to do about the row versions a write replaces,
-/// which decides whether a soak's table can level off.
+/// What the server is set to do about the row versions a write replaces
+/// (and, on PostgreSQL, how it writes them out), which decides whether a
+/// soak's table can level off.
 #[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
 pub(crate) struct Cleanup {
     /// The settings, in words, for the report.
@@ -92,11 +93,15 @@ impl Storage for diesel_outbox_testkit::postgres::PgTestDb {
         read(
             self,
             "SELECT format('autovacuum %s (naptime %s, %s workers, cost limit %s, delay %s); \
-                            outbox_tasks: %s', \
+                            shared_buffers %s, max_wal_size %s, checkpoint_timeout %s, \
+                            wal_compression %s; outbox_tasks: %s', \
                            current_setting('autovacuum'), current_setting('autovacuum_naptime'), \
                            current_setting('autovacuum_max_workers'), \
                            current_setting('autovacuum_vacuum_cost_limit'), \
                            current_setting('autovacuum_vacuum_cost_delay'), \
+                           current_setting('shared_buffers'), current_setting('max_wal_size'), \
+                           current_setting('checkpoint_timeout'), \
+                           current_setting('wal_compression'), \
                            COALESCE((SELECT array_to_string(reloptions, ', ') FROM pg_class \
                                      WHERE oid = 'outbox_tasks'::regclass), \
                                     'the server''s settings')) AS summary, \
