@@ -43,7 +43,7 @@ impl Mode {
     fn name(self) -> &'static str {
         match self {
             Mode::Relays => "relays",
-            Mode::Rounds => "retry_pending rounds",
+            Mode::Rounds => "rounds",
             Mode::Raw => "hand-written loop",
         }
     }
