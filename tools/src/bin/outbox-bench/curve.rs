@@ -9,8 +9,6 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use anyhow::Context as _;
-
 use super::{
     Plan,
     docs::{self, Markers, Meta},
@@ -227,32 +225,22 @@ pub(crate) fn section(curves: &[Curve], meta: &Meta) -> String {
 
 /// Refuses, before the run, a docs file without the curve's markers.
 pub(crate) fn check(dir: &Path) -> anyhow::Result<()> {
-    let file = dir.join(docs::FILE);
-    let text = std::fs::read_to_string(&file)
-        .with_context(|| format!("reading {} for --write-docs", file.display()))?;
-    docs::replace_between(&file, &text, SCALING, "")?;
-    Ok(())
+    docs::check_markers(dir, SCALING)
 }
 
 /// Writes the section and the plots of `curves` into `dir`; returns the
 /// files written.
 pub(crate) fn write(dir: &Path, curves: &[Curve], meta: &Meta) -> anyhow::Result<Vec<PathBuf>> {
-    let file = dir.join(docs::FILE);
-    let text =
-        std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-    let replaced = docs::replace_between(&file, &text, SCALING, &section(curves, meta))?;
-    let plots = dir.join(docs::PLOTS);
-    std::fs::create_dir_all(&plots).with_context(|| format!("creating {}", plots.display()))?;
-    let mut written = Vec::new();
-    for curve in curves {
-        let path = plots.join(plot_name(curve.backend));
-        std::fs::write(&path, curve.chart(&meta.backend(curve.backend)).svg())
-            .with_context(|| format!("writing {}", path.display()))?;
-        written.push(path);
-    }
-    std::fs::write(&file, replaced).with_context(|| format!("writing {}", file.display()))?;
-    written.insert(0, file);
-    Ok(written)
+    let plots: Vec<(String, String)> = curves
+        .iter()
+        .map(|c| {
+            (
+                plot_name(c.backend),
+                c.chart(&meta.backend(c.backend)).svg(),
+            )
+        })
+        .collect();
+    docs::write_between(dir, SCALING, &section(curves, meta), &plots)
 }
 
 #[cfg(test)]

@@ -665,6 +665,40 @@ pub(crate) fn write(dir: &Path, results: &Results, meta: &Meta) -> anyhow::Resul
     Ok(written)
 }
 
+/// Refuses, before a long run, a docs file in `dir` without `markers`.
+pub(crate) fn check_markers(dir: &Path, markers: Markers) -> anyhow::Result<()> {
+    let file = dir.join(FILE);
+    let text = std::fs::read_to_string(&file)
+        .with_context(|| format!("reading {} for --write-docs", file.display()))?;
+    replace_between(&file, &text, markers, "")?;
+    Ok(())
+}
+
+/// Writes `body` between `markers` of the docs file in `dir`, and each of
+/// `plots` (a file name in [`PLOTS`], its SVG); returns the files written.
+pub(crate) fn write_between(
+    dir: &Path,
+    markers: Markers,
+    body: &str,
+    plots: &[(String, String)],
+) -> anyhow::Result<Vec<PathBuf>> {
+    let file = dir.join(FILE);
+    let text =
+        std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+    let replaced = replace_between(&file, &text, markers, body)?;
+    let folder = dir.join(PLOTS);
+    std::fs::create_dir_all(&folder).with_context(|| format!("creating {}", folder.display()))?;
+    let mut written = Vec::new();
+    for (name, svg) in plots {
+        let path = folder.join(name);
+        std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
+        written.push(path);
+    }
+    std::fs::write(&file, replaced).with_context(|| format!("writing {}", file.display()))?;
+    written.insert(0, file);
+    Ok(written)
+}
+
 /// The command line as a reader would type it: `invoked_as` (what
 /// `cargo xtask bench` passes) or the binary's name, then the arguments,
 /// with absolute paths cut to their last part (no machine's paths in the

@@ -7,8 +7,6 @@ use std::{
     time::Duration,
 };
 
-use anyhow::Context as _;
-
 use super::{SoakPlan, storage::Reading};
 use crate::{
     docs::{self, Markers, Meta},
@@ -418,30 +416,20 @@ pub(crate) fn section(runs: &[SoakRun], meta: &Meta) -> String {
 /// Refuses, before a long soak starts, a docs file without the soak's
 /// markers.
 pub(crate) fn check(dir: &Path) -> anyhow::Result<()> {
-    let file = dir.join(docs::FILE);
-    let text = std::fs::read_to_string(&file)
-        .with_context(|| format!("reading {} for --write-docs", file.display()))?;
-    docs::replace_between(&file, &text, SOAK, "")?;
-    Ok(())
+    docs::check_markers(dir, SOAK)
 }
 
 /// Writes the section and the plots of `runs` into `dir`; returns the
 /// files written.
 pub(crate) fn write(dir: &Path, runs: &[SoakRun], meta: &Meta) -> anyhow::Result<Vec<PathBuf>> {
-    let file = dir.join(docs::FILE);
-    let text =
-        std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-    let replaced = docs::replace_between(&file, &text, SOAK, &section(runs, meta))?;
-    let plots = dir.join(docs::PLOTS);
-    std::fs::create_dir_all(&plots).with_context(|| format!("creating {}", plots.display()))?;
-    let mut written = Vec::new();
-    for run in runs {
-        let path = plots.join(plot_name(run.backend));
-        std::fs::write(&path, run.chart(&meta.backend(run.backend)).svg())
-            .with_context(|| format!("writing {}", path.display()))?;
-        written.push(path);
-    }
-    std::fs::write(&file, replaced).with_context(|| format!("writing {}", file.display()))?;
-    written.insert(0, file);
-    Ok(written)
+    let plots: Vec<(String, String)> = runs
+        .iter()
+        .map(|r| {
+            (
+                plot_name(r.backend),
+                r.chart(&meta.backend(r.backend)).svg(),
+            )
+        })
+        .collect();
+    docs::write_between(dir, SOAK, &section(runs, meta), &plots)
 }
