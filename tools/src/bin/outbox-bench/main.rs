@@ -570,7 +570,11 @@ async fn backends<N: diesel_outbox_testkit::TestNames>(
     if matches!(which, Backend::Sqlite | Backend::All) {
         #[cfg(feature = "sqlite")]
         backend::<diesel_outbox_testkit::sqlite::SqliteTestDbNamed<N>>(
-            plan, only, brokers, results, meta,
+            plan,
+            only,
+            brokers,
+            results,
+            meta.as_deref_mut(),
         )
         .await?;
         #[cfg(not(feature = "sqlite"))]
