@@ -36,7 +36,10 @@ mod server;
 mod soak;
 mod timeline;
 
-use std::{path::PathBuf, time::Instant};
+use std::{
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
 use anyhow::Context as _;
 use clap::Parser;
@@ -134,6 +137,10 @@ pub(crate) struct Args {
     /// producers flat out beside the relays, measured first.
     #[arg(long, default_value_t = 0.7, requires = "soak")]
     soak_load: f64,
+    /// How often the soak's relays purge, in seconds (`purge_interval`;
+    /// 30 in the full form, 5 with --quick).
+    #[arg(long, requires = "soak")]
+    soak_purge_interval: Option<u64>,
     /// The command the docs say ran the bench (`cargo xtask bench` passes
     /// its own name).
     #[arg(long, hide = true)]
@@ -424,7 +431,11 @@ async fn soak_backends(args: &Args) -> anyhow::Result<()> {
     } else {
         "release"
     };
-    let plan = soak::SoakPlan::new(args.quick, args.soak_minutes, args.soak_load);
+    let mut plan = soak::SoakPlan::new(args.quick, args.soak_minutes, args.soak_load);
+    if let Some(seconds) = args.soak_purge_interval {
+        anyhow::ensure!(seconds > 0, "--soak-purge-interval must be at least 1");
+        plan.purge_interval = Duration::from_secs(seconds);
+    }
     if let Some(dir) = &args.write_docs {
         if args.quick && !args.allow_quick_docs {
             anyhow::bail!(
