@@ -68,6 +68,16 @@ pub(crate) trait ChaosDb: Raw {
 
     /// The ids of every committed order.
     fn order_ids(&self) -> impl Future<Output = anyhow::Result<Vec<i64>>> + Send;
+
+    /// The sessions on this database that have sat idle inside a
+    /// transaction for at least `idle_for` (whole seconds), one line each:
+    /// the session, how long it has been idle, when its transaction began.
+    /// A session between two statements of a live transaction is idle for
+    /// milliseconds; one whose caller abandoned it stays idle for good.
+    fn idle_in_transaction(
+        &self,
+        idle_for: std::time::Duration,
+    ) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
 }
 
 /// Creates database `name` on the server at `admin_url` (whose database
@@ -98,6 +108,13 @@ pub(crate) async fn enqueue_order<B: ChaosDb>(
         Ok(store.enqueue(tx, task).await?)
     })
     .await
+}
+
+/// A line of text read back.
+#[derive(diesel::QueryableByName)]
+struct Line {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    line: String,
 }
 
 /// An order id read back.

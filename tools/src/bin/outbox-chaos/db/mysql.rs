@@ -5,7 +5,7 @@ use diesel_outbox_core::{Store, TaskId, Worker};
 use diesel_outbox_mysql::MysqlStore;
 use diesel_outbox_testkit::{TestBackend, mysql::MysqlTestDb};
 
-use super::{ChaosDb, OrderId, task};
+use super::{ChaosDb, Line, OrderId, task};
 use crate::raw::{Prepare, Raw};
 
 impl ChaosDb for MysqlTestDb {
@@ -67,5 +67,23 @@ impl ChaosDb for MysqlTestDb {
             .load(&mut conn)
             .await?;
         Ok(rows.into_iter().map(|row| row.id).collect())
+    }
+
+    async fn idle_in_transaction(
+        &self,
+        idle_for: std::time::Duration,
+    ) -> anyhow::Result<Vec<String>> {
+        let mut conn = self.connect().await?;
+        let rows: Vec<Line> = diesel::sql_query(format!(
+            "SELECT CONCAT('session ', p.id, ' idle for ', p.time, ' s in a transaction begun ', \
+             t.trx_started, ', ', t.trx_rows_locked, ' rows locked') AS line \
+             FROM information_schema.innodb_trx t \
+             JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id \
+             WHERE p.db = DATABASE() AND p.command = 'Sleep' AND p.time >= {}",
+            idle_for.as_secs()
+        ))
+        .load(&mut conn)
+        .await?;
+        Ok(rows.into_iter().map(|row| row.line).collect())
     }
 }

@@ -5,7 +5,7 @@ use diesel_outbox_core::{Store, TaskId, Worker};
 use diesel_outbox_postgres::PgStore;
 use diesel_outbox_testkit::{TestBackend, postgres::PgTestDb};
 
-use super::{ChaosDb, OrderId, task};
+use super::{ChaosDb, Line, OrderId, task};
 use crate::raw::{Prepare, Raw};
 
 impl ChaosDb for PgTestDb {
@@ -64,5 +64,24 @@ impl ChaosDb for PgTestDb {
             .load(&mut conn)
             .await?;
         Ok(rows.into_iter().map(|row| row.id).collect())
+    }
+
+    async fn idle_in_transaction(
+        &self,
+        idle_for: std::time::Duration,
+    ) -> anyhow::Result<Vec<String>> {
+        let mut conn = self.connect().await?;
+        let rows: Vec<Line> = diesel::sql_query(format!(
+            "SELECT format('session %s idle for %s s in a transaction begun %s, last statement: %s', \
+             pid, floor(extract(epoch FROM clock_timestamp() - state_change)), xact_start, \
+             left(query, 120)) AS line \
+             FROM pg_stat_activity \
+             WHERE datname = current_database() AND state LIKE 'idle in transaction%' \
+             AND state_change <= clock_timestamp() - make_interval(secs => {})",
+            idle_for.as_secs()
+        ))
+        .load(&mut conn)
+        .await?;
+        Ok(rows.into_iter().map(|row| row.line).collect())
     }
 }
