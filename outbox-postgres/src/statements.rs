@@ -12,8 +12,9 @@
 //! statistics taken while few rows had a status, a plain `LIMIT 100` let a
 //! custom plan gather every row of that status and sort them (213 ms for a
 //! claim of 100 beside 340,000 available rows the statistics never saw,
-//! against 2 ms walking the index in order). The plan tests (`plans/`)
-//! check this on real backlogs. Times are the server's `now()`.
+//! against 2 ms walking the index in order). The claim's lower id bound
+//! comes the same way, for the reason [`CLAIM_DUE`] gives. The plan tests
+//! (`plans/`) check this on real backlogs. Times are the server's `now()`.
 
 // ------------------------------------------------------------------ enqueue
 
@@ -129,6 +130,17 @@ WHERE id = $1 AND status IN ('available', 'waiting', 'running') AND expires_at <
 /// whenever the table held fewer than some tens of thousands of rows: 10,000
 /// rows read for a claim of 256.
 ///
+/// Its lower id bound comes through a subquery too (`d.id > (SELECT $1)`),
+/// like its `LIMIT`. A claim from the lowest id binds 0, below the lowest
+/// id the planner's statistics hold, and a custom plan that sees such a
+/// bound asks the primary key for the table's real lowest id: a walk from
+/// its low end past every entry that retention's purges left until vacuum,
+/// at every claim. Under sustained load, where a claim from the lowest id
+/// follows every short claim, that planning took about a third of the
+/// server's CPU and the relays fell behind; the plan test
+/// `planning_after_a_purge_of_the_oldest_rows` checks it stays a few
+/// buffers.
+///
 /// [`transition::claim`]: diesel_outbox_core::transition::claim
 /// [`transition::expire`]: diesel_outbox_core::transition::expire
 pub(crate) const CLAIM_DUE: &str = concat!(
@@ -144,7 +156,7 @@ UPDATE outbox_tasks t SET
     updated_at = now()
 WHERE t.id = ANY(ARRAY(
     SELECT d.id FROM outbox_tasks d
-    WHERE d.status = 'available' AND d.id > $1
+    WHERE d.status = 'available' AND d.id > (SELECT $1)
       AND d.next_attempt_at <= COALESCE($6, now())
     ORDER BY d.id
     LIMIT (SELECT $2)

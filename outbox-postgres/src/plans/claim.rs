@@ -65,23 +65,44 @@ async fn add_due<N: TestNames>(db: &PgTestDbNamed<N>, due: u64) -> anyhow::Resul
 /// Explains one claim of `limit` on `db` as it is (rolled back); returns
 /// the plan's root node.
 async fn explain_now<N: TestNames>(db: &PgTestDbNamed<N>, limit: i64) -> anyhow::Result<Value> {
+    let claims = explain_claims(db, limit, 1).await?;
+    claims
+        .last()
+        .map(|explained| explained.root().clone())
+        .ok_or_else(|| anyhow::anyhow!("no claim explained"))
+}
+
+/// Explains `times` claims of `limit` from the lowest id on `db` as it is,
+/// one after the other on one connection (the first planning also loads
+/// the catalogue's entries for the table), in a transaction rolled back;
+/// with the buffers each used, planning included.
+async fn explain_claims<N: TestNames>(
+    db: &PgTestDbNamed<N>,
+    limit: i64,
+    times: usize,
+) -> anyhow::Result<Vec<Explained>> {
     let mut conn = db.connect().await?;
     conn.begin_test_transaction().await?;
-    let explained: Explained = diesel::sql_query(
-        N::names().render(&format!("EXPLAIN (ANALYZE, FORMAT JSON) {CLAIM_DUE}")),
-    )
-    .bind::<BigInt, _>(0)
-    .bind::<BigInt, _>(limit)
-    .bind::<Text, _>("plan-test")
-    .bind::<BigInt, _>(60_000_000)
-    .bind::<Text, _>(EXPIRED_ERROR)
-    .bind::<Nullable<Timestamptz>, _>(None::<DateTime<Utc>>)
-    .get_result(&mut conn)
-    .await?;
+    let mut claims = Vec::with_capacity(times);
+    for _ in 0..times {
+        claims.push(
+            diesel::sql_query(N::names().render(&format!(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {CLAIM_DUE}"
+            )))
+            .bind::<BigInt, _>(0)
+            .bind::<BigInt, _>(limit)
+            .bind::<Text, _>("plan-test")
+            .bind::<BigInt, _>(60_000_000)
+            .bind::<Text, _>(EXPIRED_ERROR)
+            .bind::<Nullable<Timestamptz>, _>(None::<DateTime<Utc>>)
+            .get_result(&mut conn)
+            .await?,
+        );
+    }
     // Never committed, and rolled back before the next claim looks: a
     // dropped connection's rollback may come after it, locks still held.
     super::roll_back(conn).await?;
-    Ok(explained.root().clone())
+    Ok(claims)
 }
 
 /// Checks that a claim's plan took `limit` rows and read no more than that
@@ -183,6 +204,57 @@ async fn beside_a_backlog_the_statistics_never_saw<N: TestNames>() -> anyhow::Re
     Ok(())
 }
 
+/// Rows purged from the low end of the table, before vacuum removed them.
+const PURGED: u64 = 100_000;
+/// Buffers the planning of a claim may touch once the connection has
+/// planned one: 4 measured. With the claim's lower bound in view, planning
+/// walked the primary key past every entry the purge left: about 140
+/// buffers here, and as many again for every claim planned after it.
+const PLANNING_BUFFERS: f64 = 20.0;
+
+/// After retention purged the oldest rows, and before vacuum removed them,
+/// planning a claim from the lowest id stays cheap: with its lower bound in
+/// view, the planner saw it below the statistics' lowest id and looked up
+/// the table's real lowest id in the primary key, walking every entry the
+/// purge left and visiting each row. Under sustained load (a claim from
+/// the lowest id follows every short claim), that planning took a third of
+/// the server's CPU and the relays fell behind.
+async fn planning_after_a_purge_of_the_oldest_rows<N: TestNames>() -> anyhow::Result<()> {
+    let db = PgTestDbNamed::<N>::create("claim_plan_purged").await?;
+    // Vacuum would remove what the purge left, and it is what this test
+    // is about; off for this table whatever the server's setting.
+    db.execute_sql("ALTER TABLE outbox_tasks SET (autovacuum_enabled = false)")
+        .await?;
+    db.execute_sql(&Backlog::Finished.postgres(PURGED)).await?;
+    add_due(&db, DUE).await?;
+    db.execute_sql("ANALYZE outbox_tasks").await?;
+    db.execute_sql("DELETE FROM outbox_tasks WHERE status = 'succeeded'")
+        .await?;
+    // The second claim on the connection: the first planning also loads
+    // the catalogue's entries for the table and its indexes.
+    let claims = explain_claims(&db, LIMIT, 2).await?;
+    let explained = claims
+        .last()
+        .ok_or_else(|| anyhow::anyhow!("no claim explained"))?;
+    let plan = serde_json::to_string_pretty(&explained.plan)?;
+    let planning = &explained.plan[0]["Planning"];
+    let buffers = ["Shared Hit Blocks", "Shared Read Blocks"]
+        .iter()
+        .filter_map(|field| planning[field].as_f64())
+        .sum::<f64>();
+    assert!(
+        buffers <= PLANNING_BUFFERS,
+        "planning a claim after {PURGED} rows were purged touched {buffers} buffers:\n{plan}"
+    );
+    reads_only_what_it_claims::<N>(
+        explained.root(),
+        LIMIT,
+        &format!("{PURGED} purged rows not yet vacuumed"),
+    )?;
+    drop(db);
+    Ok(())
+}
+
 async fn beside_waiting_rows_not_yet_due<N: TestNames>() -> anyhow::Result<()> {
     reads_only_claimed_rows::<N>(Backlog::NotDue).await
 }
@@ -212,4 +284,5 @@ diesel_outbox_testkit::each_names!(
     beside_a_failed_head_and_its_blocked_successors,
     beside_succeeded_rows_of_one_key,
     beside_finished_rows,
+    planning_after_a_purge_of_the_oldest_rows,
 );
