@@ -141,6 +141,10 @@ pub(crate) struct Args {
     /// 30 in the full form, 5 with --quick).
     #[arg(long, requires = "soak")]
     soak_purge_interval: Option<u64>,
+    /// How often the soak takes a sample, in seconds (60 in the full form,
+    /// 5 with --quick): finer samples show what a minute's p99 hides.
+    #[arg(long, requires = "soak")]
+    soak_sample: Option<u64>,
     /// The command the docs say ran the bench (`cargo xtask bench` passes
     /// its own name).
     #[arg(long, hide = true)]
@@ -435,6 +439,10 @@ async fn soak_backends(args: &Args) -> anyhow::Result<()> {
     if let Some(seconds) = args.soak_purge_interval {
         anyhow::ensure!(seconds > 0, "--soak-purge-interval must be at least 1");
         plan.purge_interval = Duration::from_secs(seconds);
+    }
+    if let Some(seconds) = args.soak_sample {
+        anyhow::ensure!(seconds > 0, "--soak-sample must be at least 1");
+        plan.sample = Duration::from_secs(seconds);
     }
     if let Some(dir) = &args.write_docs {
         if args.quick && !args.allow_quick_docs {
