@@ -96,6 +96,15 @@ pub use diesel_outbox_sql::{MigrationSql, Names, transaction, transaction_pooled
 /// it for each of its transactions.
 pub type MysqlStore = diesel_outbox_sql::SqlStore<Mysql>;
 
+/// A connection of the pool [`MysqlStore::connect`] builds that was last
+/// handed out at least this long ago runs `SELECT 1` before it is handed
+/// out again, and is replaced if that fails: what a server restart, a
+/// failover or the server's `wait_timeout` closed while it waited never
+/// reaches a caller. A connection in use more often than this is handed out
+/// as it is; if the server ended its session, the statement fails once
+/// with a retryable connection error and the connection is closed.
+pub const VERIFY_AFTER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
 diesel_outbox_sql::embed_outbox_migrations! {
     crate = "diesel_outbox_mysql",
     backend = diesel::mysql::Mysql,

@@ -12,6 +12,7 @@ mod conformance_tenant {
 }
 mod auto_increment;
 mod migration_lock;
+mod pooled_sessions;
 mod prepared_inserts;
 mod session_isolation;
 mod time_zone;

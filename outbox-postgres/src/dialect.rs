@@ -162,7 +162,7 @@ impl Dialect for Postgres {
     /// the relay and the result writer retry; nothing is lost.
     fn connect(database_url: &str, max_size: usize) -> Result<(Pool<AsyncPgConnection>, Self)> {
         let config = crate::connection::manager_config();
-        let pool = diesel_outbox_sql::build_pool(database_url, max_size, config)?;
+        let pool = diesel_outbox_sql::build_pool(database_url, max_size, config, None)?;
         Ok((pool, Self::default()))
     }
 

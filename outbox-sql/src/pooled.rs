@@ -4,7 +4,7 @@
 
 use deadpool::managed::{Manager, Pool, PoolError};
 use diesel_async::pooled_connection::PoolableConnection;
-use diesel_outbox_core::{Error, Result, TxBody};
+use diesel_outbox_core::{DatabaseErrorKind, Error, Result, TxBody};
 
 use crate::CloseUnlessReleased;
 
@@ -17,8 +17,11 @@ use crate::CloseUnlessReleased;
 /// and frees every lock it held at once, rather than the connection waiting
 /// in the pool, transaction open, until its next checkout. A connection
 /// that `body` left unusable (inside a transaction whose rollback failed, or
-/// with its transaction manager in error) is closed too. Every operation of
-/// the stores goes through here, transactions and single statements alike.
+/// with its transaction manager in error) is closed too, and so is one whose
+/// work failed with a lost connection ([`DatabaseErrorKind::Connection`]):
+/// a pool that hands connections out without a check would hand it out
+/// again. Every operation of the stores goes through here, transactions
+/// and single statements alike.
 ///
 /// `pool_error` turns the pool's error into the outbox's (the backend's
 /// classification).
@@ -42,7 +45,10 @@ where
         });
     };
     let result = body(conn).await;
-    if !conn.is_broken() {
+    let lost = result
+        .as_ref()
+        .is_err_and(|error| error.database_kind() == Some(DatabaseErrorKind::Connection));
+    if !lost && !conn.is_broken() {
         guard.release();
     }
     result

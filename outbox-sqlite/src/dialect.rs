@@ -130,8 +130,12 @@ impl Dialect for Sqlite {
     /// `get`) never wait for them.
     fn connect(database_url: &str, max_size: usize) -> Result<(Pool<AsyncSqliteConnection>, Self)> {
         connection::check_url(database_url)?;
-        let pool =
-            diesel_outbox_sql::build_pool(database_url, max_size, connection::manager_config())?;
+        let pool = diesel_outbox_sql::build_pool(
+            database_url,
+            max_size,
+            connection::manager_config(),
+            None,
+        )?;
         Ok((pool, Self::default()))
     }
 
