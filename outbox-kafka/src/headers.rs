@@ -19,7 +19,10 @@ pub(crate) fn is_reserved(name: &str) -> bool {
 /// The headers of `delivery`'s record: the task's own, then the message id,
 /// task id, kind, version, attempt and outbox, all as UTF-8 text. A task
 /// header with a reserved name is a permanent failure.
-pub(crate) fn build(delivery: &Delivery, message_id: &str) -> Result<RecordHeaders, HandlerError> {
+pub(crate) fn build(
+    delivery: &Delivery,
+    message_id: String,
+) -> Result<RecordHeaders, HandlerError> {
     if let Some(name) = delivery.headers().keys().find(|name| is_reserved(name)) {
         return Err(HandlerError::permanent(anyhow::anyhow!(
             "task header `{name}` uses a name reserved for the outbox"
@@ -28,16 +31,19 @@ pub(crate) fn build(delivery: &Delivery, message_id: &str) -> Result<RecordHeade
     let text = |name: &str, value: &str| {
         RecordHeader::new(name.to_owned(), Some(value.as_bytes().to_vec()))
     };
+    // Text made for the record becomes its header's value as it is.
+    let made =
+        |name: &str, value: String| RecordHeader::new(name.to_owned(), Some(value.into_bytes()));
     let own = delivery
         .headers()
         .iter()
         .map(|(name, value)| text(name, value));
     let outbox = [
-        text(MESSAGE_ID, message_id),
-        text(wire::TASK_ID, &delivery.id.get().to_string()),
+        made(MESSAGE_ID, message_id),
+        made(wire::TASK_ID, delivery.id.get().to_string()),
         text(wire::KIND, &delivery.task.kind),
-        text(wire::VERSION, &delivery.task.version.to_string()),
-        text(wire::ATTEMPT, &delivery.attempt.to_string()),
+        made(wire::VERSION, delivery.task.version.to_string()),
+        made(wire::ATTEMPT, delivery.attempt.to_string()),
         text(wire::SOURCE, delivery.outbox.as_str()),
     ];
     Ok(RecordHeaders::with_header_iter(own.chain(outbox)))
@@ -142,7 +148,11 @@ mod tests {
 
     #[test]
     fn built_headers_decode_back_to_the_task() {
-        let headers = build(&delivery(), "0123456789abcdef0123456789abcdef:42").expect("build");
+        let headers = build(
+            &delivery(),
+            "0123456789abcdef0123456789abcdef:42".to_owned(),
+        )
+        .expect("build");
         let received = decode(&headers).expect("decode");
         assert_eq!(received.message_id, "0123456789abcdef0123456789abcdef:42");
         assert_eq!(
@@ -174,7 +184,9 @@ mod tests {
                 Task::new("k", 1, "{}").header(name.to_owned(), "v"),
             );
             assert!(
-                build(&delivery, "id").expect_err(name).is_permanent(),
+                build(&delivery, "id".to_owned())
+                    .expect_err(name)
+                    .is_permanent(),
                 "{name}"
             );
         }

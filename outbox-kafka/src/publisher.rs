@@ -103,17 +103,15 @@ impl KafkaPublisher {
 
     /// Produces every delivery, then awaits the acknowledgements together.
     async fn publish_all(&self, deliveries: &[Delivery]) -> Vec<Result<(), HandlerError>> {
-        let message_ids: Vec<String> = deliveries.iter().map(|d| self.message_id(d)).collect();
         let records = deliveries
             .iter()
-            .zip(&message_ids)
-            .map(|(delivery, message_id)| {
+            .map(|delivery| {
                 let topic = self.topic(delivery)?;
                 Ok(Outgoing {
                     topic,
                     key: delivery.task.ordering_key.as_deref().map(str::as_bytes),
                     value: delivery.payload(),
-                    headers: headers::build(delivery, message_id)?,
+                    headers: headers::build(delivery, self.message_id(delivery))?,
                 })
             })
             .collect();
