@@ -2,7 +2,8 @@
 //! round trip while it is in steady use, checks one that waited
 //! [`VERIFY_AFTER_IDLE`] or more, and closes one whose session was lost.
 
-use diesel_outbox_core::{DatabaseErrorKind, Store as _};
+use diesel_async::SimpleAsyncConnection as _;
+use diesel_outbox_core::{DatabaseErrorKind, Registry, Store as _, Task, Worker};
 use diesel_outbox_mysql::{MysqlStore, VERIFY_AFTER_IDLE};
 use diesel_outbox_testkit::{
     TestBackend,
@@ -10,16 +11,15 @@ use diesel_outbox_testkit::{
     mysql::{Mysql, MysqlTestDb},
 };
 
-/// A store whose pool holds one connection, and that connection's session,
-/// which the server then ends (as a restart, a failover or `wait_timeout`
-/// would).
+/// A store whose pool holds one connection, handed out a moment ago, and
+/// that connection's session, which the server has just ended (as a
+/// restart, a failover or `wait_timeout` would).
 async fn store_with_killed_session(db: &MysqlTestDb) -> anyhow::Result<(MysqlStore, i64)> {
     let store = MysqlStore::connect(db.url(), 1)?;
-    let session = {
-        let mut conn = store.pool().get().await?;
-        Mysql::session_id(&mut conn).await?
-    };
-    db.execute_sql(&Mysql::kill_session(session)).await?;
+    // Opened first, so that the kill follows the last checkout at once.
+    let mut killer = db.connect().await?;
+    let session = pooled_session(&store).await?;
+    killer.batch_execute(&Mysql::kill_session(session)).await?;
     Ok((store, session))
 }
 
@@ -62,6 +62,29 @@ async fn a_session_ended_in_steady_use_fails_one_call_then_is_replaced() -> anyh
     );
     assert!(error.is_retryable(), "{error}");
     assert_eq!(store.promote(10).await?, 0);
+    assert_ne!(pooled_session(&store).await?, killed);
+    Ok(())
+}
+
+/// The same through `transaction_pooled`, whose connection a failed
+/// transaction would otherwise hand back to the pool: the transaction on
+/// the ended session fails, and the next one runs on a new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_transaction_on_an_ended_session_fails_once() -> anyhow::Result<()> {
+    let db = MysqlTestDb::create("pooled_transaction").await?;
+    let (store, killed) = store_with_killed_session(&db).await?;
+    let worker = Worker::new(store.clone(), Registry::builder().build()?)?;
+    let enqueue = || {
+        diesel_outbox_mysql::transaction_pooled(&worker, store.pool(), async |mut tx| {
+            tx.enqueue(Task::new("order.created", 1, "{}")).await?;
+            anyhow::Ok(())
+        })
+    };
+    // The failure is the driver's, as the body's error type holds it.
+    if enqueue().await.is_ok() {
+        anyhow::bail!("a transaction committed on a session the server ended");
+    }
+    enqueue().await?;
     assert_ne!(pooled_session(&store).await?, killed);
     Ok(())
 }

@@ -9,13 +9,17 @@ use diesel_async::{
 };
 use diesel_outbox_core::{Error, Result};
 
+/// How long a connection's check (`SELECT 1`) may take before it counts as
+/// lost and is closed.
+pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A deadpool pool of up to `max_size` connections to `database_url` that
 /// fails fast (5 s) when the server is unreachable, with `config` for custom
 /// connection setup and recycling.
 ///
 /// With `verify_after_idle`, a connection last handed out at least that
 /// long ago runs `SELECT 1` before it is handed out again, and one that
-/// fails it is closed and the next one tried: for a driver that cannot tell
+/// fails it or gives no answer within 5 s is closed and the next one tried: for a driver that cannot tell
 /// when the server closed a connection (MySQL's), this catches what a
 /// restart, a failover or the server's idle timeout ended while the
 /// connection waited, without a round trip per checkout for connections in
@@ -44,11 +48,17 @@ where
                 if idle_for < idle {
                     return Ok(());
                 }
-                conn.batch_execute("SELECT 1").await.map_err(|error| {
-                    HookError::message(format!(
-                        "a connection idle for {idle_for:?} failed its check: {error}"
-                    ))
-                })
+                // Bounded: a connection a failover left half open would
+                // otherwise hold the checkout until TCP gives up.
+                match tokio::time::timeout(CHECK_TIMEOUT, conn.batch_execute("SELECT 1")).await {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(error)) => Err(HookError::message(format!(
+                        "a connection last handed out {idle_for:?} ago failed its check: {error}"
+                    ))),
+                    Err(_) => Err(HookError::message(format!(
+                        "a connection last handed out {idle_for:?} ago gave no answer to its check within {CHECK_TIMEOUT:?}"
+                    ))),
+                }
             })
         }));
     }

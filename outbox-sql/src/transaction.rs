@@ -149,6 +149,10 @@ where
 /// database rolls the transaction back and frees its locks at once. The way
 /// to enqueue from a request handler that may be cancelled when its client
 /// goes away. A failure to get a connection comes back as `E::from(Error)`.
+/// After a transaction that failed, the connection goes back to the pool
+/// only if it still answers a `SELECT 1`: the failure may have been its
+/// session ending, and a pool that hands connections out unchecked would
+/// hand it out again.
 ///
 /// ```no_run
 /// use deadpool::managed::Pool;
@@ -202,7 +206,21 @@ where
             body(Tx::new(conn, store, &mut enqueued)).await
         })
         .await;
-        if !conn.is_broken() {
+        // A transaction that failed may have lost its connection, which a
+        // pool that hands connections out unchecked would hand out again:
+        // after a failure the connection goes back only if it still answers
+        // (within the check's bound).
+        let answers = match &value {
+            Ok(_) => true,
+            Err(_) => {
+                let check = diesel_async::SimpleAsyncConnection::batch_execute(conn, "SELECT 1");
+                matches!(
+                    tokio::time::timeout(crate::pool::CHECK_TIMEOUT, check).await,
+                    Ok(Ok(()))
+                )
+            }
+        };
+        if answers && !conn.is_broken() {
             guard.release();
         }
         let value = value?;
