@@ -11,7 +11,22 @@ use diesel_outbox_core::{Error, Result};
 
 /// How long a connection's check (`SELECT 1`) may take before it counts as
 /// lost and is closed.
-pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Whether `conn` answers `SELECT 1` within [`CHECK_TIMEOUT`]; if not, why
+/// (bounded, so a connection a failover left half open fails the check
+/// instead of holding its caller until TCP gives up).
+pub(crate) async fn still_answers<C: AsyncConnection>(
+    conn: &mut C,
+) -> std::result::Result<(), String> {
+    match tokio::time::timeout(CHECK_TIMEOUT, conn.batch_execute("SELECT 1")).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(format!("failed its check: {error}")),
+        Err(_) => Err(format!(
+            "gave no answer to its check within {CHECK_TIMEOUT:?}"
+        )),
+    }
+}
 
 /// A deadpool pool of up to `max_size` connections to `database_url` that
 /// fails fast (5 s) when the server is unreachable, with `config` for custom
@@ -19,11 +34,11 @@ pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 ///
 /// With `verify_after_idle`, a connection last handed out at least that
 /// long ago runs `SELECT 1` before it is handed out again, and one that
-/// fails it or gives no answer within 5 s is closed and the next one tried: for a driver that cannot tell
-/// when the server closed a connection (MySQL's), this catches what a
-/// restart, a failover or the server's idle timeout ended while the
-/// connection waited, without a round trip per checkout for connections in
-/// steady use. Set `config`'s recycling to `Fast` with it, or the default
+/// fails it or gives no answer within 5 s is closed and the next one
+/// tried: for a driver that cannot tell when the server closed a
+/// connection (MySQL's), this catches what a restart, a failover or the
+/// server's idle timeout ended while the connection waited, without a
+/// round trip per checkout for connections in steady use. Set `config`'s recycling to `Fast` with it, or the default
 /// check runs as well.
 pub fn build_pool<C>(
     database_url: &str,
@@ -48,17 +63,11 @@ where
                 if idle_for < idle {
                     return Ok(());
                 }
-                // Bounded: a connection a failover left half open would
-                // otherwise hold the checkout until TCP gives up.
-                match tokio::time::timeout(CHECK_TIMEOUT, conn.batch_execute("SELECT 1")).await {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(error)) => Err(HookError::message(format!(
-                        "a connection last handed out {idle_for:?} ago failed its check: {error}"
-                    ))),
-                    Err(_) => Err(HookError::message(format!(
-                        "a connection last handed out {idle_for:?} ago gave no answer to its check within {CHECK_TIMEOUT:?}"
-                    ))),
-                }
+                still_answers(conn).await.map_err(|why| {
+                    HookError::message(format!(
+                        "a connection last handed out {idle_for:?} ago {why}"
+                    ))
+                })
             })
         }));
     }

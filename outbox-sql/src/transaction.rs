@@ -208,18 +208,8 @@ where
         .await;
         // A transaction that failed may have lost its connection, which a
         // pool that hands connections out unchecked would hand out again:
-        // after a failure the connection goes back only if it still answers
-        // (within the check's bound).
-        let answers = match &value {
-            Ok(_) => true,
-            Err(_) => {
-                let check = diesel_async::SimpleAsyncConnection::batch_execute(conn, "SELECT 1");
-                matches!(
-                    tokio::time::timeout(crate::pool::CHECK_TIMEOUT, check).await,
-                    Ok(Ok(()))
-                )
-            }
-        };
+        // after a failure the connection goes back only if it still answers.
+        let answers = value.is_ok() || crate::pool::still_answers(conn).await.is_ok();
         if answers && !conn.is_broken() {
             guard.release();
         }
