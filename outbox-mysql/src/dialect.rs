@@ -757,7 +757,10 @@ impl Dialect for Mysql {
             .collect())
     }
 
-    /// READ COMMITTED: no gap locks on the `finished_at` index, so a purge
+    /// Reads the oldest purgeable ids without a lock, then deletes them by
+    /// primary key, in id order (see [`sql::PURGEABLE`]): purges of several
+    /// relays, which all start at the oldest rows, wait for each other at
+    /// most, and never deadlock. READ COMMITTED: no gap locks, so a purge
     /// never blocks the application's inserts.
     async fn purge(
         &self,
@@ -765,10 +768,23 @@ impl Dialect for Mysql {
         older_than: Duration,
         limit: u32,
     ) -> Result<u64> {
-        self.isolation.apply(conn).await?;
-        let deleted = diesel::sql_query(&*self.sql(sql::PURGE))
+        let mut ids: Vec<i64> = cached(&self.sql(sql::PURGEABLE))
             .bind::<BigInt, _>(micros(older_than))
             .bind::<BigInt, _>(i64::from(limit))
+            .load::<Id>(&mut *conn)
+            .await
+            .map_err(mysql_error)?
+            .into_iter()
+            .map(|row| row.id)
+            .collect();
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        ids.sort_unstable();
+        self.isolation.apply(conn).await?;
+        let text = self.names().rendered(sql::purge(&id_list(ids)));
+        let deleted = uncached::<MysqlBackend>(&text)
+            .bind::<BigInt, _>(micros(older_than))
             .execute(conn)
             .await
             .map_err(mysql_error)?;

@@ -354,13 +354,34 @@ pub(crate) fn discard(ids: &str) -> String {
     )
 }
 
-/// Unfinished rows are never purged, nor a failed row that holds its key.
-pub(crate) const PURGE: &str = "\
-DELETE FROM outbox_tasks
+/// The oldest rows a purge may delete, up to `?`, read without a lock like
+/// [`DUE`]: unfinished rows are never purged, nor a failed row that holds
+/// its key.
+///
+/// A single `DELETE ... ORDER BY finished_at LIMIT ?` locked each row
+/// through the `finished_at` index and then through the primary key, and
+/// two relays purging at once deadlocked on the same oldest rows (each
+/// holding a lock the other awaited). Locking them with `SKIP LOCKED`
+/// instead was no cure: MariaDB waited for the `finished_at` index
+/// records another purge held, and the purges still deadlocked.
+pub(crate) const PURGEABLE: &str = "\
+SELECT id FROM outbox_tasks
 WHERE finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
   AND NOT (status = 'failed' AND ordering_key IS NOT NULL)
 ORDER BY finished_at
 LIMIT ?";
+
+/// Deletes the ids [`PURGEABLE`] read (listed in id order), through the
+/// primary key alone, the `WHERE` re-checking the rule (`?`: the same
+/// age). Two purges of the same rows lock them in the same order: the
+/// second waits for the first, then finds them gone.
+pub(crate) fn purge(ids: &str) -> String {
+    format!(
+        "DELETE FROM outbox_tasks WHERE id IN ({ids}) \
+         AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
+         AND NOT (status = 'failed' AND ordering_key IS NOT NULL)"
+    )
+}
 
 // -------------------------------------------------------------------- reads
 

@@ -11,6 +11,7 @@ mod conformance_tenant {
     );
 }
 mod auto_increment;
+mod concurrent_purges;
 mod migration_lock;
 mod pooled_sessions;
 mod prepared_inserts;
