@@ -137,7 +137,12 @@ impl Storage for diesel_outbox_testkit::mysql::MysqlTestDb {
         read(
             self,
             "SELECT CONCAT('InnoDB purge: ', @@innodb_purge_threads, ' threads, ', \
-                           'innodb_max_purge_lag ', @@innodb_max_purge_lag) AS summary, \
+                           'innodb_max_purge_lag ', @@innodb_max_purge_lag, '; ', \
+                           'innodb_buffer_pool_size ', @@innodb_buffer_pool_size DIV 1048576, ' MB, ', \
+                           'innodb_log_file_size ', @@innodb_log_file_size DIV 1048576, ' MB, ', \
+                           'innodb_io_capacity ', @@innodb_io_capacity, ', ', \
+                           'innodb_flush_log_at_trx_commit ', @@innodb_flush_log_at_trx_commit) \
+                      AS summary, \
                     FALSE AS off",
         )
         .await
