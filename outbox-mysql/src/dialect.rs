@@ -758,32 +758,32 @@ impl Dialect for Mysql {
     }
 
     /// Reads the oldest purgeable ids without a lock, then deletes them by
-    /// primary key, in id order (see [`sql::PURGEABLE`]): purges of several
-    /// relays, which all start at the oldest rows, wait for each other at
-    /// most, and never deadlock. READ COMMITTED: no gap locks, so a purge
-    /// never blocks the application's inserts.
+    /// primary key, in id order (see [`sql::PURGEABLE`] and [`sql::PURGE`]):
+    /// purges of several relays, which all start at the oldest rows, wait
+    /// for each other at most, and never deadlock. READ COMMITTED: no gap
+    /// locks, so a purge never blocks the application's inserts.
     async fn purge(
         &self,
         conn: &mut AsyncMysqlConnection,
         older_than: Duration,
         limit: u32,
     ) -> Result<u64> {
-        let mut ids: Vec<i64> = cached(&self.sql(sql::PURGEABLE))
+        let mut ids: Vec<TaskId> = cached(&self.sql(sql::PURGEABLE))
             .bind::<BigInt, _>(micros(older_than))
             .bind::<BigInt, _>(i64::from(limit))
             .load::<Id>(&mut *conn)
             .await
             .map_err(mysql_error)?
             .into_iter()
-            .map(|row| row.id)
+            .map(|row| TaskId::new(row.id))
             .collect();
         if ids.is_empty() {
             return Ok(0);
         }
         ids.sort_unstable();
         self.isolation.apply(conn).await?;
-        let text = self.names().rendered(sql::purge(&id_list(ids)));
-        let deleted = uncached::<MysqlBackend>(&text)
+        let deleted = cached::<MysqlBackend>(&self.sql(sql::PURGE))
+            .bind::<Text, _>(json_rows::ids(&ids))
             .bind::<BigInt, _>(micros(older_than))
             .execute(conn)
             .await

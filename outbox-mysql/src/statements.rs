@@ -371,17 +371,18 @@ WHERE finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
 ORDER BY finished_at
 LIMIT ?";
 
-/// Deletes the ids [`PURGEABLE`] read (listed in id order), through the
-/// primary key alone, the `WHERE` re-checking the rule (`?`: the same
-/// age). Two purges of the same rows lock them in the same order: the
-/// second waits for the first, then finds them gone.
-pub(crate) fn purge(ids: &str) -> String {
-    format!(
-        "DELETE FROM outbox_tasks WHERE id IN ({ids}) \
-         AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
-         AND NOT (status = 'failed' AND ordering_key IS NOT NULL)"
-    )
-}
+/// Deletes the rows of a JSON array of the ids [`PURGEABLE`] read, in id
+/// order, each reached through the primary key, the `WHERE` re-checking
+/// the rule (`?`: the same age). Two purges of the same rows lock them in
+/// the same order: the second waits for the first, then finds them gone.
+/// Written as `id IN (...)`, MariaDB walked the primary key across the
+/// list's range, locking the running rows between its ids, and met the
+/// completion writes of those rows in a deadlock.
+pub(crate) const PURGE: &str = "\
+DELETE t FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j
+STRAIGHT_JOIN outbox_tasks t FORCE INDEX (PRIMARY) ON t.id = j.id
+WHERE t.finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+  AND NOT (t.status = 'failed' AND t.ordering_key IS NOT NULL)";
 
 // -------------------------------------------------------------------- reads
 

@@ -58,3 +58,47 @@ async fn purges_running_side_by_side_never_deadlock() -> anyhow::Result<()> {
     assert_eq!(store.purge_finished(Duration::ZERO, BATCH).await?, 0);
     Ok(())
 }
+
+/// A purge takes only the rows it read: finished rows between which other
+/// tasks still run (a short retention, or a slow handler) are deleted while
+/// a completion write holds one of the running rows, without waiting for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_never_waits_for_the_running_rows_between_its_own() -> anyhow::Result<()> {
+    let db = MysqlTestDb::create("purge_between_running").await?;
+    let store = db.store().clone();
+    let mut conn = db.connect().await?;
+    let tasks: Vec<Task> = (0..100)
+        .map(|n| Task::new("order.created", 1, format!("{{\"order\":{n}}}")))
+        .collect();
+    conn.transaction::<_, anyhow::Error, _>(async |tx| {
+        store.enqueue_many(tx, tasks).await?;
+        Ok(())
+    })
+    .await?;
+    // Every other task finished an hour ago; the ones between still run.
+    conn.batch_execute(
+        "UPDATE outbox_tasks SET status = IF(id % 2 = 0, 'succeeded', 'running'), \
+         attempts = 1, \
+         finished_at = IF(id % 2 = 0, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, NULL), \
+         lease_owner = IF(id % 2 = 0, NULL, 'another relay'), \
+         lease_expires_at = IF(id % 2 = 0, NULL, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR)",
+    )
+    .await?;
+    // A write holds a running row in the middle, as a completion would.
+    let mut holder = db.connect().await?;
+    holder
+        .batch_execute(
+            "BEGIN; SELECT id FROM outbox_tasks WHERE status = 'running' \
+             ORDER BY id LIMIT 1 OFFSET 25 FOR UPDATE",
+        )
+        .await?;
+    let purged = tokio::time::timeout(
+        Duration::from_secs(10),
+        store.purge_finished(Duration::from_secs(60), 1_000),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("the purge waited for a running row it never read"))??;
+    assert_eq!(purged, 50);
+    holder.batch_execute("ROLLBACK").await?;
+    Ok(())
+}
