@@ -758,7 +758,7 @@ impl Dialect for Mysql {
     }
 
     /// Reads the oldest purgeable ids without a lock, then deletes them by
-    /// primary key, in id order (see [`sql::PURGEABLE`] and [`sql::PURGE`]):
+    /// primary key, in id order (see `PURGEABLE` and `PURGE` in `statements.rs`):
     /// purges of several relays, which all start at the oldest rows, wait
     /// for each other at most, and never deadlock. READ COMMITTED: no gap
     /// locks, so a purge never blocks the application's inserts.
