@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use diesel_async::{AsyncConnection, SimpleAsyncConnection as _};
+use diesel_async::{AsyncConnection, AsyncMysqlConnection, SimpleAsyncConnection as _};
 use diesel_outbox_mysql::outbox::{Maintenance as _, Store as _, Task};
 use diesel_outbox_testkit::{TestBackend, mysql::MysqlTestDb};
 
@@ -15,19 +15,25 @@ const PURGERS: usize = 4;
 /// Rows per purge statement: small, so that the purges take many turns.
 const BATCH: usize = 25;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn purges_running_side_by_side_never_deadlock() -> anyhow::Result<()> {
-    let db = MysqlTestDb::create("concurrent_purges").await?;
-    let store = db.store().clone();
+/// A database of its own holding `n` available tasks, and a connection to it.
+async fn with_tasks(name: &str, n: usize) -> anyhow::Result<(MysqlTestDb, AsyncMysqlConnection)> {
+    let db = MysqlTestDb::create(name).await?;
     let mut conn = db.connect().await?;
-    let tasks: Vec<Task> = (0..TASKS)
+    let tasks: Vec<Task> = (0..n)
         .map(|n| Task::new("order.created", 1, format!("{{\"order\":{n}}}")))
         .collect();
     conn.transaction::<_, anyhow::Error, _>(async |tx| {
-        store.enqueue_many(tx, tasks).await?;
+        db.store().enqueue_many(tx, tasks).await?;
         Ok(())
     })
     .await?;
+    Ok((db, conn))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purges_running_side_by_side_never_deadlock() -> anyhow::Result<()> {
+    let (db, mut conn) = with_tasks("concurrent_purges", TASKS).await?;
+    let store = db.store().clone();
     // Finished an hour ago, each a second after the one before, so the
     // purges take them oldest first in the same order the ids run.
     conn.batch_execute(
@@ -64,17 +70,8 @@ async fn purges_running_side_by_side_never_deadlock() -> anyhow::Result<()> {
 /// a completion write holds one of the running rows, without waiting for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purge_never_waits_for_the_running_rows_between_its_own() -> anyhow::Result<()> {
-    let db = MysqlTestDb::create("purge_between_running").await?;
+    let (db, mut conn) = with_tasks("purge_between_running", 100).await?;
     let store = db.store().clone();
-    let mut conn = db.connect().await?;
-    let tasks: Vec<Task> = (0..100)
-        .map(|n| Task::new("order.created", 1, format!("{{\"order\":{n}}}")))
-        .collect();
-    conn.transaction::<_, anyhow::Error, _>(async |tx| {
-        store.enqueue_many(tx, tasks).await?;
-        Ok(())
-    })
-    .await?;
     // Every other task finished an hour ago; the ones between still run.
     conn.batch_execute(
         "UPDATE outbox_tasks SET status = IF(id % 2 = 0, 'succeeded', 'running'), \

@@ -38,8 +38,8 @@ pub(crate) async fn still_answers<C: AsyncConnection>(
 /// tried: for a driver that cannot tell when the server closed a
 /// connection (MySQL's), this catches what a restart, a failover or the
 /// server's idle timeout ended while the connection waited, without a
-/// round trip per checkout for connections in steady use. Set `config`'s recycling to `Fast` with it, or the default
-/// check runs as well.
+/// round trip per checkout for connections in steady use. Set `config`'s
+/// recycling to `Fast` with it, or the default check runs as well.
 pub fn build_pool<C>(
     database_url: &str,
     max_size: usize,
