@@ -57,6 +57,10 @@ pub struct RelayReport {
     pub peak_unwritten: u64,
     /// Finished tasks purged for retention.
     pub purged: u64,
+    /// Time spent purging them: the purge statements' time, without the
+    /// pauses between them (a purge with many rows to delete holds its
+    /// connection at most about half the time while it keeps up).
+    pub purging: Duration,
     /// Database errors met and logged (the relay and its maintenance task
     /// kept going).
     pub errors: u64,

@@ -201,6 +201,7 @@ macro_rules! conformance_tests {
             relay_delivers_a_scheduled_task_when_due,
             relay_rescues_a_lapsed_lease,
             a_purge_backlog_never_holds_promotion_back,
+            a_purge_pauses_between_passes_unless_behind,
             inbox_applies_a_message_once_per_consumer,
             inbox_record_rolls_back_with_the_effect,
             inbox_outside_a_transaction_or_with_bad_keys_is_refused,

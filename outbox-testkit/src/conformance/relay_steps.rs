@@ -133,3 +133,67 @@ pub async fn a_purge_backlog_never_holds_promotion_back<B: TestBackend>(
     assert_eq!(get(db, id).await?.status, Status::Succeeded);
     Ok(())
 }
+
+/// Finished rows waiting when the purge pacing test starts: more than its
+/// two relays purge in their windows.
+const PACING_BACKLOG: u64 = 200_000;
+
+/// A purge that keeps up with its cycle pauses between passes as long as
+/// each pass took, so it holds the database about half the time and the
+/// claims keep the rest; a purge still under way when its next cycle is due
+/// has fallen behind and goes straight on. Two relays in turn, over a
+/// backlog of finished rows they cannot purge within their windows; each
+/// report gives the time its purge statements took.
+pub async fn a_purge_pauses_between_passes_unless_behind<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    db.execute_sql(&B::backlog_sql(
+        crate::backlog::Backlog::Finished,
+        PACING_BACKLOG,
+    ))
+    .await?;
+    let share = |interval: Duration, window: Duration| async move {
+        let (mock, _handle) = handler::recording();
+        let worker = worker(db, registry(mock)?, config("relay"))?;
+        let shutdown = CancellationToken::new();
+        let started = Instant::now();
+        let relay = spawn_relay(
+            worker,
+            RelayConfig::default()
+                .retention(Duration::from_secs(60))
+                .purge_interval(interval)
+                .purge_batch(100),
+            &shutdown,
+        )?;
+        // The window is what is measured, not a wait for an event.
+        tokio::time::sleep(window).await;
+        shutdown.cancel();
+        let report = relay.await?;
+        let ran = started.elapsed();
+        anyhow::ensure!(report.errors == 0, "{report:?}");
+        anyhow::ensure!(report.purged > 0, "nothing purged: {report:?}");
+        anyhow::Ok(report.purging.as_secs_f64() / ran.as_secs_f64())
+    };
+    // Keeping up: the next cycle is a minute away.
+    let paced = share(Duration::from_secs(60), Duration::from_secs(1)).await?;
+    assert!(
+        paced < 0.6,
+        "a purge keeping up held its connection {:.0}% of the time",
+        paced * 100.0
+    );
+    // Behind from 250 ms on, the next cycle due: straight on after that
+    // (the status counts, taken every interval, and each pass's promotion
+    // and rescue take the rest of its time).
+    let behind = share(Duration::from_millis(250), Duration::from_secs(2)).await?;
+    assert!(
+        behind > paced * 1.4,
+        "a purge behind its cycle held its connection {:.0}% of the time, \
+         one keeping up {:.0}%",
+        behind * 100.0,
+        paced * 100.0
+    );
+    // Rows were left to purge all along, or the shares say nothing.
+    let left = db.count("outbox_tasks WHERE kind = 'backlog.done'").await?;
+    assert!(left > 0, "the backlog was gone before the windows ended");
+    Ok(())
+}
