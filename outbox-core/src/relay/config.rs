@@ -34,7 +34,7 @@ use crate::{
 /// | `poll_interval` | 1 s | positive, at most 100 years | longest sleep when nothing is available (a wake-up or a promotion ends it sooner); also the longest time between two promotion and rescue steps |
 /// | `shutdown_timeout` | 10 s | at most 100 years | how long `run` waits for running handlers after shutdown is requested |
 /// | `retention` | 7 days | `None`, or at most 100 years | finished tasks older than this are purged; `None` keeps them |
-/// | `purge_interval` | 60 s | positive, at most 100 years | how often retention is applied and the status gauges refreshed; a purge that finds more than a few statements' worth of rows goes on at the next maintenance pass, after its promotion and rescue and a pause as long as its pass took (none once the next cycle is due), until nothing is left |
+/// | `purge_interval` | 60 s | positive, at most 100 years | how often retention is applied and the status gauges refreshed; a purge that finds more than a few statements' worth of rows goes on at the next maintenance pass, after its promotion and rescue and a pause as long as its pass took (none once the cycle has run for a whole `purge_interval`), until nothing is left |
 /// | `purge_batch` | 1,000 | 1 to [`MAX_BATCH_SIZE`] (5,000) | rows per maintenance statement: purge, promotion of due waiting tasks, rescue of lapsed leases |
 /// | `write_delay` | 20 ms | positive, shorter than the worker's `lease_duration` | longest time a finished result waits before the relay writes it back, however full the batch |
 /// | `max_unwritten` | 1,000 | at least 1 | results waiting for a write beyond which the relay stops claiming until they are written |

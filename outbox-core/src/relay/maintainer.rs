@@ -7,7 +7,8 @@
 //! each pass purges at most [`PURGE_STATEMENTS_PER_PASS`] statements and
 //! goes on at the next pass, after that pass's promotion and rescue. Nor
 //! does a purge take the claims' share of the database in bursts: between
-//! passes it pauses as long as the pass took ([`Purging`]).
+//! passes it pauses as long as the pass took, unless it has run for a whole
+//! `purge_interval` ([`Purging`]).
 
 use std::{sync::Arc, time::Duration};
 
@@ -20,9 +21,9 @@ use crate::{BEAT_INTERVAL, Maintenance, Worker, activity::Activity, telemetry};
 /// The most purge statements (of `purge_batch` rows each) between two
 /// promotion and rescue steps. A backlog of finished rows to purge (when
 /// retention is first switched on, or after an outage) is worked off this
-/// many statements at a time, the passes following each other without a
-/// sleep until it is gone, so that due tasks and lapsed leases keep moving
-/// however many rows wait to be purged.
+/// many statements at a time, with a pause between passes ([`Purging`]),
+/// until it is gone, so that due tasks and lapsed leases keep moving however
+/// many rows wait to be purged.
 pub(crate) const PURGE_STATEMENTS_PER_PASS: u32 = 4;
 
 /// What the maintenance task did, merged into the relay's report at the end.
@@ -31,23 +32,22 @@ pub(super) struct Maintained {
     pub promoted: u64,
     pub rescued: u64,
     pub purged: u64,
-    /// Time spent in purge statements.
-    pub purging: Duration,
+    /// Time spent in purge passes.
+    pub purge_time: Duration,
     pub errors: u64,
 }
 
 /// A purge cycle that stopped at its pass's bound with more rows to purge.
 ///
-/// Deleting rows costs the database about as much as claiming them, and a
-/// cycle purges all that finished over a whole `purge_interval`: run back
-/// to back, its statements took most of the database from the claims for
-/// as long as they ran (measured on MariaDB under sustained load: relays
-/// cut to a third for 10 to 20 s of every 30-s cycle). So after each pass
-/// the cycle pauses as long as the pass took, holding its connection at
-/// most half the time, and the claims keep the rest. A cycle still under
-/// way when the next one is due has fallen behind the rows finishing: it
-/// then runs back to back until it is done, so the table never grows for
-/// want of purging.
+/// A cycle purges all that finished over a whole `purge_interval`: run
+/// back to back, its statements took most of the database from the claims
+/// for as long as they ran (measured on MariaDB under sustained load:
+/// relays cut to a third for 10 to 20 s of every 30-s cycle). So after each
+/// pass the cycle pauses as long as the pass took, and this relay's purge
+/// holds its connection at most about half the time. A cycle that has run
+/// for a whole `purge_interval` has fallen behind the rows finishing: it
+/// then runs back to back until it is done, as every cycle did before the
+/// pause, so a purge that needs more than half the time gets all of it.
 #[derive(Debug, Clone, Copy)]
 struct Purging {
     /// When the cycle started.
@@ -58,7 +58,8 @@ struct Purging {
 
 impl Purging {
     /// The cycle started at `started` after a pass from `pass_began` to
-    /// `now` left more to purge, `interval` apart from the next cycle.
+    /// `now` left more to purge: its next pass starts as long after `now`
+    /// as the pass took, or at `now` once the cycle has run for `interval`.
     fn paused(started: Instant, pass_began: Instant, now: Instant, interval: Duration) -> Self {
         let resume_at = if now >= later(started, interval) {
             now
@@ -117,7 +118,7 @@ pub(super) async fn run<S: Maintenance>(
             let pass_began = Instant::now();
             let more = purge_step(store, retention, step, &mut done).await;
             let now = Instant::now();
-            done.purging += now.saturating_duration_since(pass_began);
+            done.purge_time += now.saturating_duration_since(pass_began);
             let started = purging.map_or(pass_began, |purging| purging.started);
             purging =
                 more.then(|| Purging::paused(started, pass_began, now, config.purge_interval));

@@ -57,10 +57,11 @@ pub struct RelayReport {
     pub peak_unwritten: u64,
     /// Finished tasks purged for retention.
     pub purged: u64,
-    /// Time spent purging them: the purge statements' time, without the
-    /// pauses between them (a purge with many rows to delete holds its
-    /// connection at most about half the time while it keeps up).
-    pub purging: Duration,
+    /// Time spent purging them: each purge pass from its start to its last
+    /// statement's answer (taking a pool connection and any failed
+    /// statement included), without the pauses between passes. While a
+    /// purge keeps up it is at most about half of the time its cycles ran.
+    pub purge_time: Duration,
     /// Database errors met and logged (the relay and its maintenance task
     /// kept going).
     pub errors: u64,

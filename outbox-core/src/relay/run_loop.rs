@@ -508,7 +508,7 @@ impl<'a, S: Maintenance> RelayLoop<'a, S> {
                 report.promoted += maintained.promoted;
                 report.rescued += maintained.rescued;
                 report.purged += maintained.purged;
-                report.purging += maintained.purging;
+                report.purge_time += maintained.purge_time;
                 report.errors += maintained.errors;
             }
             Ok(Err(error)) => {

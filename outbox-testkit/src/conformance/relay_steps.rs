@@ -143,7 +143,7 @@ const PACING_BACKLOG: u64 = 200_000;
 /// claims keep the rest; a purge still under way when its next cycle is due
 /// has fallen behind and goes straight on. Two relays in turn, over a
 /// backlog of finished rows they cannot purge within their windows; each
-/// report gives the time its purge statements took.
+/// report gives the time its purge passes took.
 pub async fn a_purge_pauses_between_passes_unless_behind<B: TestBackend>(
     db: &B,
 ) -> anyhow::Result<()> {
@@ -172,7 +172,7 @@ pub async fn a_purge_pauses_between_passes_unless_behind<B: TestBackend>(
         let ran = started.elapsed();
         anyhow::ensure!(report.errors == 0, "{report:?}");
         anyhow::ensure!(report.purged > 0, "nothing purged: {report:?}");
-        anyhow::Ok(report.purging.as_secs_f64() / ran.as_secs_f64())
+        anyhow::Ok(report.purge_time.as_secs_f64() / ran.as_secs_f64())
     };
     // Keeping up: the next cycle is a minute away.
     let paced = share(Duration::from_secs(60), Duration::from_secs(1)).await?;
