@@ -8,7 +8,7 @@
 //! goes on at the next pass, after that pass's promotion and rescue. Nor
 //! does a purge take the claims' share of the database in bursts: between
 //! passes it pauses as long as the pass took, unless it has run for a whole
-//! `purge_interval` ([`Purging`]).
+//! `purge_interval` ([`PurgeSchedule`]).
 
 use std::{sync::Arc, time::Duration};
 
@@ -21,7 +21,7 @@ use crate::{BEAT_INTERVAL, Maintenance, Worker, activity::Activity, telemetry};
 /// The most purge statements (of `purge_batch` rows each) between two
 /// promotion and rescue steps. A backlog of finished rows to purge (when
 /// retention is first switched on, or after an outage) is worked off this
-/// many statements at a time, with a pause between passes ([`Purging`]),
+/// many statements at a time, with a pause between passes ([`PurgeSchedule`]),
 /// until it is gone, so that due tasks and lapsed leases keep moving however
 /// many rows wait to be purged.
 pub(crate) const PURGE_STATEMENTS_PER_PASS: u32 = 4;
@@ -37,7 +37,8 @@ pub(super) struct Maintained {
     pub errors: u64,
 }
 
-/// A purge cycle that stopped at its pass's bound with more rows to purge.
+/// When the next purge pass runs, and since when the cycle under way has
+/// run.
 ///
 /// A cycle purges all that finished over a whole `purge_interval`: run
 /// back to back, its statements took most of the database from the claims
@@ -49,24 +50,58 @@ pub(super) struct Maintained {
 /// then runs back to back until it is done, as every cycle did before the
 /// pause, so a purge that needs more than half the time gets all of it.
 #[derive(Debug, Clone, Copy)]
-struct Purging {
-    /// When the cycle started.
-    started: Instant,
-    /// When its next pass may start.
-    resume_at: Instant,
+struct PurgeSchedule {
+    /// When the next pass may start: the next cycle's first, or within a
+    /// cycle the end of its pause.
+    next: Instant,
+    /// When the cycle under way started; `None` between cycles.
+    cycle_started: Option<Instant>,
 }
 
-impl Purging {
-    /// The cycle started at `started` after a pass from `pass_began` to
-    /// `now` left more to purge: its next pass starts as long after `now`
-    /// as the pass took, or at `now` once the cycle has run for `interval`.
-    fn paused(started: Instant, pass_began: Instant, now: Instant, interval: Duration) -> Self {
-        let resume_at = if now >= later(started, interval) {
+impl PurgeSchedule {
+    /// The first cycle starts at `now`.
+    fn new(now: Instant) -> Self {
+        Self {
+            next: now,
+            cycle_started: None,
+        }
+    }
+
+    /// Whether the next pass may start at `now`.
+    fn is_due(&self, now: Instant) -> bool {
+        now >= self.next
+    }
+
+    /// Whether a cycle is under way and its next pass may start at `now`:
+    /// the maintenance task goes straight on with it.
+    fn goes_straight_on(&self, now: Instant) -> bool {
+        self.cycle_started.is_some() && self.is_due(now)
+    }
+
+    /// The end of the pause of a cycle under way, for the maintenance
+    /// task's sleep; between cycles, its own poll is soon enough.
+    fn pause_ends(&self) -> Option<Instant> {
+        self.cycle_started.map(|_| self.next)
+    }
+
+    /// A pass from `pass_began` to `now` ended, with `more` rows left to
+    /// purge or none. With more, the cycle's next pass starts as long after
+    /// `now` as the pass took, or at `now` once the cycle has run for
+    /// `interval`; with none, the next cycle starts `interval` after `now`.
+    fn passed(&mut self, more: bool, pass_began: Instant, now: Instant, interval: Duration) {
+        if !more {
+            *self = Self {
+                next: later(now, interval),
+                cycle_started: None,
+            };
+            return;
+        }
+        let started = *self.cycle_started.get_or_insert(pass_began);
+        self.next = if now >= later(started, interval) {
             now
         } else {
             later(now, now.saturating_duration_since(pass_began))
         };
-        Self { started, resume_at }
     }
 }
 
@@ -104,27 +139,21 @@ pub(super) async fn run<S: Maintenance>(
     let mut done = Maintained::default();
     // Rows per statement; the setting is bounded by MAX_BATCH_SIZE.
     let step = u32::try_from(config.purge_batch).unwrap_or(u32::MAX);
-    let (mut next_purge, mut next_count) = (Instant::now(), Instant::now());
-    let mut purging: Option<Purging> = None;
+    let mut next_count = Instant::now();
+    let mut purges = PurgeSchedule::new(Instant::now());
     while !stop.is_cancelled() {
         let moved = advance(&worker, step, &mut done).await;
         if moved > 0 {
             available.notify_one();
         }
-        let purge_due = purging.map_or(next_purge, |purging| purging.resume_at);
         if let Some(retention) = config.retention
-            && Instant::now() >= purge_due
+            && purges.is_due(Instant::now())
         {
             let pass_began = Instant::now();
             let more = purge_step(store, retention, step, &mut done).await;
             let now = Instant::now();
             done.purge_time += now.saturating_duration_since(pass_began);
-            let started = purging.map_or(pass_began, |purging| purging.started);
-            purging =
-                more.then(|| Purging::paused(started, pass_began, now, config.purge_interval));
-            if !more {
-                next_purge = later(now, config.purge_interval);
-            }
+            purges.passed(more, pass_began, now, config.purge_interval);
         }
         if Instant::now() >= next_beat {
             if let Err(error) = store.beat(&activity.heartbeat(&owner)).await {
@@ -137,9 +166,7 @@ pub(super) async fn run<S: Maintenance>(
             count(store, &mut done).await;
             next_count = later(Instant::now(), config.purge_interval);
         }
-        if let Some(purging) = purging
-            && purging.resume_at <= Instant::now()
-        {
+        if purges.goes_straight_on(Instant::now()) {
             // Straight on with the purge, after the next promotion and
             // rescue; a shutdown is noticed at the top of the loop.
             tokio::task::yield_now().await;
@@ -156,7 +183,9 @@ pub(super) async fn run<S: Maintenance>(
         };
         // Wake for the next heartbeat too, whatever else is due, and for
         // the next pass of a purge under way.
-        let wake = purging.map_or(next_beat, |purging| purging.resume_at.min(next_beat));
+        let wake = purges
+            .pause_ends()
+            .map_or(next_beat, |at| at.min(next_beat));
         let sleep = sleep.min(wake.saturating_duration_since(Instant::now()));
         // A task due in less than a millisecond is promoted on the next
         // pass; never spin on a zero sleep.
@@ -261,22 +290,49 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
+    /// A schedule whose cycle started at `started` with a first pass of
+    /// 10 ms that left more to purge.
+    fn under_way(started: Instant, interval: Duration) -> PurgeSchedule {
+        let mut purges = PurgeSchedule::new(started);
+        purges.passed(true, started, started + 10 * MS, interval);
+        purges
+    }
+
     #[test]
     fn a_purge_keeping_up_pauses_as_long_as_its_pass_took() {
         let started = Instant::now();
+        let mut purges = under_way(started, 60_000 * MS);
         let pass_began = started + 100 * MS;
         let now = pass_began + 30 * MS;
-        let purging = Purging::paused(started, pass_began, now, 60_000 * MS);
-        assert_eq!(purging.started, started);
-        assert_eq!(purging.resume_at, now + 30 * MS);
+        purges.passed(true, pass_began, now, 60_000 * MS);
+        assert_eq!(purges.cycle_started, Some(started));
+        assert_eq!(purges.next, now + 30 * MS);
+        assert_eq!(purges.pause_ends(), Some(now + 30 * MS));
+        assert!(!purges.goes_straight_on(now));
+        assert!(purges.goes_straight_on(now + 30 * MS));
     }
 
     #[test]
     fn a_purge_behind_the_next_cycle_goes_straight_on() {
         let started = Instant::now();
+        let mut purges = under_way(started, 1_000 * MS);
         let pass_began = started + 990 * MS;
         let now = pass_began + 30 * MS;
-        let purging = Purging::paused(started, pass_began, now, 1_000 * MS);
-        assert_eq!(purging.resume_at, now);
+        purges.passed(true, pass_began, now, 1_000 * MS);
+        assert_eq!(purges.next, now);
+        assert!(purges.goes_straight_on(now));
+    }
+
+    #[test]
+    fn a_finished_cycle_waits_for_the_next() {
+        let started = Instant::now();
+        let mut purges = under_way(started, 1_000 * MS);
+        let now = started + 50 * MS;
+        purges.passed(false, started + 40 * MS, now, 1_000 * MS);
+        assert_eq!(purges.cycle_started, None);
+        assert_eq!(purges.next, now + 1_000 * MS);
+        assert_eq!(purges.pause_ends(), None);
+        assert!(!purges.goes_straight_on(now + 2_000 * MS));
+        assert!(purges.is_due(now + 1_000 * MS));
     }
 }

@@ -140,10 +140,10 @@ const PACING_BACKLOG: u64 = 200_000;
 
 /// A purge that keeps up with its cycle pauses between passes as long as
 /// each pass took, so it holds the database about half the time and the
-/// claims keep the rest; a purge still under way when its next cycle is due
-/// has fallen behind and goes straight on. Two relays in turn, over a
-/// backlog of finished rows they cannot purge within their windows; each
-/// report gives the time its purge passes took.
+/// claims keep the rest; a purge whose cycle has run for a whole
+/// `purge_interval` has fallen behind and goes straight on. Two relays in
+/// turn, over a backlog of finished rows they cannot purge within their
+/// windows; each report gives the time its purge passes took.
 pub async fn a_purge_pauses_between_passes_unless_behind<B: TestBackend>(
     db: &B,
 ) -> anyhow::Result<()> {
@@ -181,7 +181,7 @@ pub async fn a_purge_pauses_between_passes_unless_behind<B: TestBackend>(
         "a purge keeping up held its connection {:.0}% of the time",
         paced * 100.0
     );
-    // Behind from 250 ms on, the next cycle due: straight on after that
+    // Behind once its cycle has run 250 ms: straight on after that
     // (the status counts, taken every interval, and each pass's promotion
     // and rescue take the rest of its time).
     let behind = share(Duration::from_millis(250), Duration::from_secs(2)).await?;
