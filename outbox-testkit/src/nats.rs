@@ -23,6 +23,22 @@ pub async fn jetstream() -> anyhow::Result<jetstream::Context> {
     Ok(jetstream::new(client))
 }
 
+/// How many times [`TestStream::create_now`] asks for a stream the server
+/// failed to set up files for.
+pub const STORE_ATTEMPTS: u64 = 3;
+
+/// Whether the server answered a create with the fixed sentence it gives for
+/// a stream whose files it could not set up.
+fn is_store_failure(error: &jetstream::context::CreateStreamError) -> bool {
+    match error.kind() {
+        jetstream::context::CreateStreamErrorKind::JetStream(error) => {
+            error.error_code() == jetstream::ErrorCode::STREAM_CREATE
+                && error.to_string().contains("error creating store for stream")
+        }
+        _ => false,
+    }
+}
+
 /// A stream and a subject space of its own for one test: subjects
 /// `<prefix>.>`, deleted when dropped, kept when the test panics.
 #[derive(Debug)]
@@ -51,16 +67,37 @@ impl TestStream {
     }
 
     /// Creates the planned stream, with JetStream's default duplicate window.
+    ///
+    /// The server answers some failures to set up a stream's files only with
+    /// the fixed sentence "error creating store for stream" (code 10049) and
+    /// writes the cause to its own log. A test suite once met it for a new,
+    /// unique name while other tests created and deleted their streams, so
+    /// that answer is tried again, [`STORE_ATTEMPTS`] times in all, naming
+    /// each failure; any other error fails at once.
     pub async fn create_now(&self) -> anyhow::Result<()> {
-        self.jetstream
-            .create_stream(stream::Config {
-                name: self.name.clone(),
-                subjects: vec![format!("{}.>", self.prefix)],
-                ..Default::default()
-            })
-            .await
-            .with_context(|| format!("creating stream {}", self.name))?;
-        Ok(())
+        let config = stream::Config {
+            name: self.name.clone(),
+            subjects: vec![format!("{}.>", self.prefix)],
+            ..Default::default()
+        };
+        let mut attempt = 1;
+        loop {
+            match self.jetstream.create_stream(config.clone()).await {
+                Ok(_) => return Ok(()),
+                Err(error) if attempt < STORE_ATTEMPTS && is_store_failure(&error) => {
+                    eprintln!(
+                        "creating stream {} (attempt {attempt} of {STORE_ATTEMPTS}): {error}; \
+                         the server's log names the cause",
+                        self.name
+                    );
+                    tokio::time::sleep(std::time::Duration::from_millis(100 * attempt)).await;
+                    attempt += 1;
+                }
+                Err(error) => {
+                    return Err(error).with_context(|| format!("creating stream {}", self.name));
+                }
+            }
+        }
     }
 
     /// The stream's name.
