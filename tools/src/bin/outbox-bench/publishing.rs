@@ -39,11 +39,20 @@ pub(crate) trait Sink {
     fn count(&self) -> impl Future<Output = anyhow::Result<u64>> + Send;
 }
 
-/// Empties the table and fills it with `count` pending tasks, before a
-/// loop that drains them starts its clock and its CPU count.
+/// Empties the table, fills it with `count` pending tasks and analyzes it,
+/// before a loop that drains them starts its clock and its CPU count: the
+/// drains' starting point (`drain::fresh`), statistics that have seen the
+/// backlog, as autovacuum takes them once a backlog of this size arrives.
+/// Left with the statistics of the empty table instead, PostgreSQL guessed
+/// one or two available rows and weighed an ordered walk of the index of
+/// available rows against reading them all and sorting them as a tie: the
+/// relay's claim, whose schedule check shrinks the guess, planned the sort
+/// and read the whole backlog at every claim, where the hand-written claim,
+/// which has no such check, walked the index (see docs/benchmarks.md).
 pub(crate) async fn pending<B: Raw>(db: &B, count: u64) -> anyhow::Result<()> {
     db.reset().await?;
-    db.fill_pending(count, KIND).await
+    db.fill_pending(count, KIND).await?;
+    db.analyze().await
 }
 
 /// The rate of a publisher that started at `started`, once its work checks
