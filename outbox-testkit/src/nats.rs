@@ -33,7 +33,9 @@ fn is_store_failure(error: &jetstream::context::CreateStreamError) -> bool {
     match error.kind() {
         jetstream::context::CreateStreamErrorKind::JetStream(error) => {
             error.error_code() == jetstream::ErrorCode::STREAM_CREATE
-                && error.to_string().contains("error creating store for stream")
+                && error
+                    .to_string()
+                    .contains("error creating store for stream")
         }
         _ => false,
     }

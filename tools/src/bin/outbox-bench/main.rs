@@ -409,6 +409,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 Err(error) => eprintln!("bench: the NATS server's version: {error:#}"),
             }
         }
+        #[cfg(feature = "redis")]
+        if with_redis && only.runs(Scenario::Redis) {
+            match server::redis().await {
+                Ok(server) => meta.servers.push(("redis", server)),
+                Err(error) => eprintln!("bench: the Redis server's version: {error:#}"),
+            }
+        }
+        #[cfg(feature = "kafka")]
+        if with_kafka && only.runs(Scenario::Kafka) {
+            match server::kafka() {
+                Ok(server) => meta.servers.push(("kafka", server)),
+                Err(error) => eprintln!("bench: the Kafka broker's version: {error:#}"),
+            }
+        }
         if !results.figures.is_empty() || !results.latencies.is_empty() {
             for path in docs::write(dir, &results, &meta)? {
                 eprintln!("bench: wrote {}", path.display());

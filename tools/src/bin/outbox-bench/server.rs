@@ -92,14 +92,63 @@ pub(crate) async fn nats() -> anyhow::Result<String> {
     ))
 }
 
+/// The Redis server's name and version, from `INFO server`.
+#[cfg(feature = "redis")]
+pub(crate) async fn redis() -> anyhow::Result<String> {
+    let client = redis::Client::open(diesel_outbox_testkit::redis::server_url())?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await?;
+    redis_name(&info)
+}
+
+/// `Redis 7.0.15`, from what `INFO server` returns.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+fn redis_name(info: &str) -> anyhow::Result<String> {
+    info.lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+        .map(|version| format!("Redis {}", version.trim()))
+        .ok_or_else(|| anyhow::anyhow!("INFO server names no redis_version"))
+}
+
+/// The Kafka broker the scenario publishes to: the cluster
+/// `OUTBOX_KAFKA_BOOTSTRAP` names, or the `tansu` the bench starts, with
+/// the version it reports.
+#[cfg(feature = "kafka")]
+pub(crate) fn kafka() -> anyhow::Result<String> {
+    use diesel_outbox_testkit::kafka::{BOOTSTRAP_VAR, tansu_program};
+    if std::env::var_os(BOOTSTRAP_VAR).is_some() {
+        return Ok(format!("the Kafka cluster {BOOTSTRAP_VAR} names"));
+    }
+    let output = std::process::Command::new(tansu_program())
+        .arg("--version")
+        .output()?;
+    let version = String::from_utf8_lossy(&output.stdout);
+    anyhow::ensure!(
+        output.status.success() && !version.trim().is_empty(),
+        "tansu --version: {}",
+        output.status
+    );
+    Ok(format!(
+        "{} (memory storage, started by the bench)",
+        version.trim()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{leading_version, mysql_name};
+    use super::{leading_version, mysql_name, redis_name};
 
     #[test]
     fn versions_are_read_from_what_servers_say() {
         assert_eq!(leading_version("15.10 (Debian 15.10-1.pgdg120+1)"), "15.10");
         assert_eq!(mysql_name("10.11.6-MariaDB-0+deb12u1"), "MariaDB 10.11.6");
         assert_eq!(mysql_name("8.0.36"), "MySQL 8.0.36");
+        assert_eq!(
+            redis_name("# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n").unwrap(),
+            "Redis 7.0.15"
+        );
     }
 }
