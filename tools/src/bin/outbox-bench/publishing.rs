@@ -42,13 +42,11 @@ pub(crate) trait Sink {
 /// Empties the table, fills it with `count` pending tasks and analyzes it,
 /// before a loop that drains them starts its clock and its CPU count: the
 /// drains' starting point (`drain::fresh`), statistics that have seen the
-/// backlog, as autovacuum takes them once a backlog of this size arrives.
-/// Left with the statistics of the empty table instead, PostgreSQL guessed
-/// one or two available rows and weighed an ordered walk of the index of
-/// available rows against reading them all and sorting them as a tie: the
-/// relay's claim, whose schedule check shrinks the guess, planned the sort
-/// and read the whole backlog at every claim, where the hand-written claim,
-/// which has no such check, walked the index (see docs/benchmarks.md).
+/// backlog. Left with the statistics of the empty table instead (none on
+/// any column), PostgreSQL planned the relay's claim as a read and sort of
+/// every available row, at every claim, while the hand-written claim walked
+/// the index (see docs/benchmarks.md, "Publishing runs start from analyzed
+/// statistics").
 pub(crate) async fn pending<B: Raw>(db: &B, count: u64) -> anyhow::Result<()> {
     db.reset().await?;
     db.fill_pending(count, KIND).await?;

@@ -95,8 +95,8 @@ pub(crate) async fn nats() -> anyhow::Result<String> {
 /// The Redis server's name and version, from `INFO server`.
 #[cfg(feature = "redis")]
 pub(crate) async fn redis() -> anyhow::Result<String> {
-    let client = redis::Client::open(diesel_outbox_testkit::redis::server_url())?;
-    let mut conn = client.get_multiplexed_async_connection().await?;
+    use diesel_outbox_testkit::redis::{connect_to, server_url};
+    let mut conn = connect_to(&server_url()).await?;
     let info: String = redis::cmd("INFO")
         .arg("server")
         .query_async(&mut conn)
@@ -119,7 +119,9 @@ fn redis_name(info: &str) -> anyhow::Result<String> {
 #[cfg(feature = "kafka")]
 pub(crate) fn kafka() -> anyhow::Result<String> {
     use diesel_outbox_testkit::kafka::{BOOTSTRAP_VAR, tansu_program};
-    if std::env::var_os(BOOTSTRAP_VAR).is_some() {
+    // As the scenario decides: a blank value names no cluster.
+    let named = std::env::var(BOOTSTRAP_VAR).is_ok_and(|bootstrap| !bootstrap.trim().is_empty());
+    if named {
         return Ok(format!("the Kafka cluster {BOOTSTRAP_VAR} names"));
     }
     let output = std::process::Command::new(tansu_program())
