@@ -147,10 +147,10 @@ pub(crate) async fn raw_loop<B: Raw>(
     Ok(tasks as f64 / started.elapsed().as_secs_f64())
 }
 
+/// Empties the table and fills it with `tasks` due tasks, analyzed
+/// ([`Raw::fresh_backlog`]).
 pub(crate) async fn fresh<B: Raw>(db: &B, tasks: u64) -> anyhow::Result<()> {
-    db.reset().await?;
-    db.fill_pending(tasks, KIND).await?;
-    db.analyze().await
+    db.fresh_backlog(tasks, KIND).await
 }
 
 /// A drain's rate, and the CPU time this process spent on it per task

@@ -39,18 +39,11 @@ pub(crate) trait Sink {
     fn count(&self) -> impl Future<Output = anyhow::Result<u64>> + Send;
 }
 
-/// Empties the table, fills it with `count` pending tasks and analyzes it,
-/// before a loop that drains them starts its clock and its CPU count: the
-/// drains' starting point (`drain::fresh`), statistics that have seen the
-/// backlog. Left with the statistics of the empty table instead (none on
-/// any column), PostgreSQL planned the relay's claim as a read and sort of
-/// every available row, at every claim, while the hand-written claim walked
-/// the index (see docs/benchmarks.md, "Publishing runs start from analyzed
-/// statistics").
+/// Empties the table and fills it with `count` pending tasks, analyzed
+/// ([`Raw::fresh_backlog`]), before a loop that drains them starts its
+/// clock and its CPU count.
 pub(crate) async fn pending<B: Raw>(db: &B, count: u64) -> anyhow::Result<()> {
-    db.reset().await?;
-    db.fill_pending(count, KIND).await?;
-    db.analyze().await
+    db.fresh_backlog(count, KIND).await
 }
 
 /// The rate of a publisher that started at `started`, once its work checks
