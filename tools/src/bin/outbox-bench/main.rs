@@ -64,6 +64,19 @@ pub(crate) enum Backend {
     All,
 }
 
+impl Backend {
+    /// How a reader names the backend (`--backend mysql` runs on MariaDB
+    /// as well as MySQL).
+    fn label(self) -> &'static str {
+        match self {
+            Self::Postgres => "PostgreSQL",
+            Self::Mysql => "MySQL/MariaDB",
+            Self::Sqlite => "SQLite",
+            Self::All => "every backend",
+        }
+    }
+}
+
 /// Arguments of `bench`.
 #[derive(Debug, Parser)]
 #[command(
@@ -475,7 +488,7 @@ async fn soak_backends(args: &Args) -> anyhow::Result<()> {
     let command = docs::command(args.invoked_as.as_deref(), &passed);
     let gaps = match args.backend {
         Backend::All => Vec::new(),
-        one => vec![format!("{one:?} only")],
+        one => vec![format!("{} only", one.label())],
     };
     let mut meta = docs::Meta::start(command, args.quick, gaps, profile, &Plan::new(args.quick));
     let claims = soak::claim_times()?;
