@@ -135,10 +135,10 @@ pub async fn a_purge_backlog_never_holds_promotion_back<B: TestBackend>(
 }
 
 /// Finished rows waiting when the purge pacing test starts: more than its
-/// two relays purge in their windows. On PostgreSQL a relay purging
-/// straight on took 150,000 rows in 2 s on a fast machine of two cores, and
-/// the one keeping up 50,000 in 1 s: three times that leaves room for a
-/// faster machine.
+/// two relays purge in their windows. With 200,000, on PostgreSQL on a
+/// fast machine of two cores, the relay keeping up purged about 50,000 in
+/// its second and the one behind the other 150,000 before its two seconds
+/// ended; three times as many leaves room for a machine faster still.
 const PACING_BACKLOG: u64 = 600_000;
 
 /// A purge that keeps up with its cycle pauses between passes as long as

@@ -186,13 +186,7 @@ pub(crate) fn gaps(
     redis: bool,
     kafka: bool,
 ) -> Vec<String> {
-    let mut gaps = Vec::new();
-    match backend {
-        Backend::All => {}
-        Backend::Postgres => gaps.push("only PostgreSQL".to_owned()),
-        Backend::Mysql => gaps.push("only MySQL/MariaDB".to_owned()),
-        Backend::Sqlite => gaps.push("only SQLite".to_owned()),
-    }
+    let mut gaps: Vec<String> = backend.only().into_iter().collect();
     // The scaling curve has a section of its own, written whenever it ran;
     // a run of it alone leaves the results section as it was.
     let scenarios: Vec<Scenario> = match scenarios {

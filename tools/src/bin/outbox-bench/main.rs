@@ -65,15 +65,17 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
-    /// How a reader names the backend (`--backend mysql` runs on MariaDB
-    /// as well as MySQL).
-    fn label(self) -> &'static str {
-        match self {
+    /// What a run of one backend leaves out, as the docs' headers say it
+    /// (`--backend mysql` runs on MariaDB as well as MySQL); nothing for
+    /// all three.
+    pub(crate) fn only(self) -> Option<String> {
+        let name = match self {
             Self::Postgres => "PostgreSQL",
             Self::Mysql => "MySQL/MariaDB",
             Self::Sqlite => "SQLite",
-            Self::All => "every backend",
-        }
+            Self::All => return None,
+        };
+        Some(format!("only {name}"))
     }
 }
 
@@ -486,10 +488,7 @@ async fn soak_backends(args: &Args) -> anyhow::Result<()> {
     }
     let passed: Vec<String> = std::env::args().skip(1).collect();
     let command = docs::command(args.invoked_as.as_deref(), &passed);
-    let gaps = match args.backend {
-        Backend::All => Vec::new(),
-        one => vec![format!("{} only", one.label())],
-    };
+    let gaps: Vec<String> = args.backend.only().into_iter().collect();
     let mut meta = docs::Meta::start(command, args.quick, gaps, profile, &Plan::new(args.quick));
     let claims = soak::claim_times()?;
     let mut runs = Vec::new();
