@@ -249,7 +249,8 @@ pub trait Dialect: Clone + Send + Sync + Sized + 'static {
 
     /// The turn a process's writes take, in the order they arrive, when
     /// the database has one writer at a time (SQLite); `None` elsewhere.
-    fn write_turn(&self) -> Option<&tokio::sync::Mutex<()>> {
+    /// The store's writes and the caller's `transaction` helpers take it.
+    fn write_turn(&self) -> Option<&crate::WriteTurn> {
         None
     }
 

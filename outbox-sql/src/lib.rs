@@ -42,6 +42,7 @@ mod schema;
 mod store;
 mod store_transaction;
 mod transaction;
+mod write_turn;
 
 pub use backend::SqlBackend;
 pub use backend_kind::{BackendKind, UnknownBackend, UnsupportedUrl};
@@ -74,6 +75,7 @@ pub use store_transaction::{BodyError, TxError};
 pub use transaction::{
     AbandonGuard, SqlBacked, require_transaction, transaction, transaction_pooled,
 };
+pub use write_turn::{WriteTurn, WriteTurnGuard};
 
 /// Microseconds in `duration`, saturating, for interval arithmetic in SQL.
 pub fn micros(duration: std::time::Duration) -> i64 {

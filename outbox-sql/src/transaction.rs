@@ -7,17 +7,25 @@ use deadpool::managed::Pool;
 use diesel_async::{AsyncConnection, TransactionManager, pooled_connection::PoolableConnection};
 use diesel_outbox_core::{Error, Result, Store, Tx, TxBody, Worker};
 
-use crate::{CloseUnlessReleased, Dialect, SqlStore, Transact};
+use crate::{CloseUnlessReleased, Dialect, SqlStore, Transact, WriteTurn};
 
 /// A store on one of the outbox's SQL backends: [`SqlStore`], whatever its
 /// [`Dialect`]. What [`transaction`] and [`transaction_pooled`] accept.
 pub trait SqlBacked: Store<Conn = <Self::Dialect as Dialect>::Conn> {
     /// The backend.
     type Dialect: Dialect;
+
+    /// The store's turn to write, where its backend has one
+    /// ([`Dialect::write_turn`]).
+    fn turn(&self) -> Option<&WriteTurn>;
 }
 
 impl<D: Dialect> SqlBacked for SqlStore<D> {
     type Dialect = D;
+
+    fn turn(&self) -> Option<&WriteTurn> {
+        self.dialect().write_turn()
+    }
 }
 
 /// Fails with [`Error::NotTransaction`] unless `conn` is inside a transaction
@@ -80,6 +88,16 @@ impl<C: AsyncConnection> Drop for AbandonGuard<'_, C> {
 /// and nothing is sent. A send that fails after commit is retried by the
 /// next round.
 ///
+/// On SQLite the transaction first waits for the store's turn to write
+/// ([`SqlStore::write_turn`]), which the store's claims and results queue
+/// for too, and holds it until it ends: the process's writers then take the
+/// database's one lock in turn instead of polling for it. The wait is
+/// bounded like SQLite's own (5 s): past it, the helper fails as a
+/// `BEGIN IMMEDIATE` that waited out its busy timeout does, with
+/// `database is locked`. So the body must not call a store write (a
+/// claim, `send`, `retry_pending`) nor another of these helpers: it would
+/// wait for this transaction's turn to end, and fail after those 5 s.
+///
 /// Dropped before the transaction ended, the future leaves `conn` marked
 /// broken ([`AbandonGuard`]): diesel-async refuses any later transaction on
 /// it and a pool discards it at its next checkout. It keeps the abandoned
@@ -128,6 +146,7 @@ where
     async move {
         let mut enqueued = Vec::new();
         let store = worker.store();
+        let turn = WriteTurn::take_for_diesel(store.turn()).await?;
         let mut guard = AbandonGuard::new(conn);
         let value =
             Transact::<S::Dialect>::write_transaction::<R, E, _>(guard.conn(), async |conn| {
@@ -135,6 +154,7 @@ where
             })
             .await;
         guard.disarm();
+        drop(turn);
         let value = value?;
         for id in enqueued {
             worker.send_async(id);
@@ -153,6 +173,10 @@ where
 /// only if it still answers a `SELECT 1`: the failure may have been its
 /// session ending, and a pool that hands connections out unchecked would
 /// hand it out again.
+///
+/// On SQLite it takes the store's turn to write, as [`transaction`] does,
+/// before it takes the connection, in the order the store's own writes
+/// take them.
 ///
 /// ```no_run
 /// use deadpool::managed::Pool;
@@ -189,6 +213,8 @@ where
     R: Send + 'a,
 {
     async move {
+        let store = worker.store();
+        let turn = WriteTurn::take_for_diesel(store.turn()).await?;
         let conn = pool
             .get()
             .await
@@ -201,11 +227,11 @@ where
             }));
         };
         let mut enqueued = Vec::new();
-        let store = worker.store();
         let value = Transact::<S::Dialect>::write_transaction::<R, E, _>(conn, async |conn| {
             body(Tx::new(conn, store, &mut enqueued)).await
         })
         .await;
+        drop(turn);
         // A transaction that failed may have lost its connection, which a
         // pool that hands connections out unchecked would hand out again:
         // after a failure the connection goes back only if it still answers.

@@ -31,7 +31,7 @@ use diesel_outbox_core::{
     transition::{self, Completion, EXPIRED_ERROR},
 };
 use diesel_outbox_sql::{
-    CachedQuery, Dialect, Inserted, KeyCounts, Names, ReadRow, cached,
+    CachedQuery, Dialect, Inserted, KeyCounts, Names, ReadRow, WriteTurn, cached,
     flows::claim::settle,
     micros,
     rows::{
@@ -39,7 +39,6 @@ use diesel_outbox_sql::{
     },
     sqlite_error, sqlite_pool_error, uncached,
 };
-use tokio::sync::Mutex;
 
 use crate::{
     AsyncSqliteConnection, connection,
@@ -58,11 +57,23 @@ use crate::{
 /// and a second relay's first claim may come only after the first relay's
 /// whole round. Build one store per database file and clone it into every
 /// worker of the process.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Sqlite {
-    writes: Arc<Mutex<()>>,
+    writes: WriteTurn,
     inserts: Arc<Inserts>,
     names: Names,
+}
+
+/// A write turn of its own, whose waits last as long as a connection's
+/// wait for the database's lock ([`BUSY_TIMEOUT`](crate::BUSY_TIMEOUT)).
+impl Default for Sqlite {
+    fn default() -> Self {
+        Self {
+            writes: WriteTurn::new(connection::BUSY_TIMEOUT),
+            inserts: Arc::default(),
+            names: Names::default(),
+        }
+    }
 }
 
 type Query<'q> = CachedQuery<'q, SqliteBackend>;
@@ -165,7 +176,7 @@ impl Dialect for Sqlite {
         sqlite_pool_error(error)
     }
 
-    fn write_turn(&self) -> Option<&Mutex<()>> {
+    fn write_turn(&self) -> Option<&WriteTurn> {
         Some(&self.writes)
     }
 

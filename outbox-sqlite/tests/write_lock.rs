@@ -1,7 +1,8 @@
 //! SQLite's one writer at a time: claims wait their turn, a deferred
 //! transaction that reads first is refused at its first write when another
-//! connection wrote meanwhile while the `transaction` helper is not, and a
-//! lock held past the busy timeout is a retryable lock timeout.
+//! connection wrote meanwhile while the `transaction` helper is not, a lock
+//! held past the busy timeout is a retryable lock timeout, and the helpers
+//! queue for the store's turn to write, for as long at most.
 
 use std::time::{Duration, Instant};
 
@@ -13,7 +14,7 @@ use diesel_async::{
 use diesel_outbox_sqlite::{
     AsyncSqliteConnection, BUSY_TIMEOUT, SqliteStore,
     outbox::{BatchRequest, DatabaseErrorKind, Error, LeaseRequest, Registry, Store, Task, Worker},
-    transaction,
+    transaction, transaction_pooled,
 };
 use diesel_outbox_testkit::{TestBackend, handler, sqlite::SqliteTestDb};
 
@@ -196,4 +197,156 @@ async fn a_lock_held_past_the_busy_timeout_is_a_retryable_lock_timeout() {
     assert!(error.is_retryable());
     locker.batch_execute("ROLLBACK").await.expect("unlock");
     assert_eq!(store.claim_due(&request).await.expect("claim").len(), 1);
+}
+
+/// Which of the two `transaction` helpers a test runs.
+#[derive(Debug, Clone, Copy)]
+enum Helper {
+    OnConnection,
+    Pooled,
+}
+
+impl Helper {
+    /// Enqueues `n` with this helper, saying on `began` when its body runs.
+    async fn enqueue(
+        self,
+        db: &SqliteTestDb,
+        worker: &Worker<SqliteStore>,
+        n: usize,
+        began: tokio::sync::oneshot::Sender<()>,
+    ) -> anyhow::Result<diesel_outbox_sqlite::outbox::TaskId> {
+        let body = async |mut tx: diesel_outbox_sqlite::outbox::Tx<'_, SqliteStore>| {
+            let _ = began.send(());
+            anyhow::Ok(tx.enqueue(task(n)).await?)
+        };
+        match self {
+            Self::OnConnection => {
+                let mut conn = db.connect().await?;
+                transaction(worker, &mut conn, body).await
+            }
+            Self::Pooled => transaction_pooled(worker, db.store().pool(), body).await,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_transaction_helpers_wait_for_the_stores_turn_to_write() {
+    for helper in [Helper::OnConnection, Helper::Pooled] {
+        let db = SqliteTestDb::create("helpers_take_the_turn")
+            .await
+            .expect("db");
+        let (worker, handle) = worker(&db);
+        // The turn alone, without the database's lock: a helper that did not
+        // queue for it would begin at once.
+        let turn = db.store().write_turn().await.expect("the turn");
+        let (began, mut begun) = tokio::sync::oneshot::channel();
+        let enqueue = tokio::spawn({
+            let (db, worker) = (
+                SqliteTestDb::attach(db.url()).await.expect("attach"),
+                worker.clone(),
+            );
+            async move { helper.enqueue(&db, &worker, 1, began).await }
+        });
+        assert!(
+            tokio::time::timeout(WAITS, &mut begun).await.is_err(),
+            "{helper:?} began while the store's turn was held"
+        );
+        drop(turn);
+        begun.await.expect("began once the turn was free");
+        let id = enqueue.await.expect("join").expect("enqueue");
+        handle.wait_for_successes(1).await;
+        assert_eq!(handle.succeeded_ids(), [id], "{helper:?}");
+        worker.wait_idle().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_write_inside_a_helpers_transaction_fails_after_the_bound() {
+    let db = SqliteTestDb::create("store_write_inside_helper")
+        .await
+        .expect("db");
+    enqueue(&db, vec![task(1)]).await;
+    let (worker, _handle) = worker(&db);
+    let mut conn = db.connect().await.expect("connect");
+    let started = Instant::now();
+    let inner = tokio::time::timeout(
+        BUSY_TIMEOUT * 3,
+        transaction(&worker, &mut conn, async |_tx| {
+            anyhow::Ok(worker.retry_pending(10).await)
+        }),
+    )
+    .await
+    .expect("a store write waited for ever inside the helper's transaction")
+    .expect("the helper's own transaction");
+    let error = inner.expect_err("a store write went ahead inside the helper's transaction");
+    assert!(started.elapsed() >= BUSY_TIMEOUT, "{:?}", started.elapsed());
+    assert_eq!(error.database_kind(), Some(DatabaseErrorKind::LockTimeout));
+    assert!(error.is_retryable());
+    // The turn is free again once the helper ended.
+    let report = worker.retry_pending(10).await.expect("round");
+    assert_eq!(report.claimed, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_helper_waiting_past_the_bound_fails_as_a_busy_lock_does() {
+    let db = SqliteTestDb::create("helper_turn_bound").await.expect("db");
+    let (worker, _handle) = worker(&db);
+    let turn = db.store().write_turn().await.expect("the turn");
+    let (began, _begun) = tokio::sync::oneshot::channel();
+    let started = Instant::now();
+    let error = Helper::OnConnection
+        .enqueue(&db, &worker, 1, began)
+        .await
+        .expect_err("enqueued while the turn was held");
+    assert!(started.elapsed() >= BUSY_TIMEOUT, "{:?}", started.elapsed());
+    // SQLite's own words for a lock that did not come in time, which the
+    // store classifies as a retryable `LockTimeout` (`SQLITE_BUSY`).
+    match error.downcast_ref::<diesel::result::Error>() {
+        Some(diesel::result::Error::DatabaseError(_, info)) => {
+            assert!(
+                info.message().starts_with("database is locked: "),
+                "{}",
+                info.message()
+            );
+        }
+        _ => panic!("not diesel's error for a busy lock: {error:#}"),
+    }
+    drop(turn);
+    assert_eq!(db.count_tasks().await.expect("count"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_helper_dropped_mid_transaction_gives_the_turn_back() {
+    let db = SqliteTestDb::create("helper_dropped_turn")
+        .await
+        .expect("db");
+    let (worker, handle) = worker(&db);
+    let (began, begun) = tokio::sync::oneshot::channel();
+    let abandoned = tokio::spawn({
+        let worker = worker.clone();
+        let pool = db.store().pool().clone();
+        async move {
+            transaction_pooled(&worker, &pool, async |mut tx| {
+                tx.enqueue(task(1)).await?;
+                let _ = began.send(());
+                std::future::pending::<()>().await;
+                anyhow::Ok(())
+            })
+            .await
+        }
+    });
+    begun.await.expect("the body ran");
+    abandoned.abort();
+    assert!(abandoned.await.is_err_and(|e| e.is_cancelled()));
+    // Neither the turn nor the lock outlives the dropped future.
+    let started = Instant::now();
+    let (began, _begun) = tokio::sync::oneshot::channel();
+    let id = Helper::Pooled
+        .enqueue(&db, &worker, 2, began)
+        .await
+        .expect("enqueue after the abandoned one");
+    assert!(started.elapsed() < BUSY_TIMEOUT, "{:?}", started.elapsed());
+    handle.wait_for_successes(1).await;
+    assert_eq!(handle.succeeded_ids(), [id]);
+    assert_eq!(db.count_tasks().await.expect("count"), 1);
 }

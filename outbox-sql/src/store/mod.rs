@@ -12,7 +12,7 @@ use std::sync::Arc;
 use deadpool::managed::Pool;
 use diesel_outbox_core::{OutboxId, Result, TxBody};
 
-use crate::{Dialect, Names};
+use crate::{Dialect, Names, WriteTurnGuard};
 
 /// The outbox over a deadpool pool of diesel-async connections, on the
 /// backend `D` (`diesel_outbox_postgres::PgStore` is `SqlStore<Postgres>`,
@@ -156,6 +156,42 @@ impl<D: Dialect> SqlStore<D> {
         crate::connecting_to(D::pool_error(error), self.target.as_deref())
     }
 
+    /// This process's turn to write, where the backend has one writer at a
+    /// time (SQLite): held until the guard is dropped, shared by the
+    /// store's clones; on other backends a guard that holds nothing.
+    ///
+    /// The store's own writes (claims, results, the periodic moves) take
+    /// it, and so do [`transaction`](crate::transaction) and
+    /// [`transaction_pooled`](crate::transaction_pooled). Take it around a
+    /// write transaction of your own on the same database, and that
+    /// transaction queues with them instead of polling for the database's
+    /// lock (see [`WriteTurn`](crate::WriteTurn) for why that matters).
+    /// Never call a store write, nor one of those helpers, while you hold
+    /// it: it would wait for your turn to end, and fail after the wait's
+    /// bound (5 s on SQLite) with a retryable
+    /// [`LockTimeout`](diesel_outbox_core::DatabaseErrorKind::LockTimeout),
+    /// as does a wait in a long queue.
+    ///
+    /// ```no_run
+    /// use diesel_async::AsyncConnection;
+    /// use diesel_outbox_core::{Store, Task};
+    /// use diesel_outbox_sql::{Dialect, SqlStore};
+    ///
+    /// # async fn demo<D: Dialect>(store: SqlStore<D>, conn: &mut D::Conn) -> anyhow::Result<()> {
+    /// let _turn = store.write_turn().await?;
+    /// conn.transaction::<_, anyhow::Error, _>(async |conn| {
+    ///     // ... the business rows ...
+    ///     store.enqueue(conn, Task::new("order.created", 1, "{}")).await?;
+    ///     Ok(())
+    /// })
+    /// .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn write_turn(&self) -> Result<WriteTurnGuard> {
+        WriteTurnGuard::take(self.dialect.write_turn()).await
+    }
+
     /// [`run`](Self::run) for a write: in this process's turn to write
     /// where the backend has one writer at a time.
     pub(crate) async fn write<T, F>(&self, body: F) -> Result<T>
@@ -164,10 +200,7 @@ impl<D: Dialect> SqlStore<D> {
         for<'c> F: TxBody<&'c mut D::Conn, Result<T>, Fut: Send>,
         T: Send,
     {
-        let _turn = match self.dialect.write_turn() {
-            Some(turn) => Some(turn.lock().await),
-            None => None,
-        };
+        let _turn = self.write_turn().await?;
         self.run(body).await
     }
 }

@@ -14,6 +14,7 @@ use std::{
 use async_trait::async_trait;
 use diesel_async::AsyncConnection as _;
 use diesel_outbox_core::{Delivery, Handler, HandlerError, Store as _, Task, TaskId};
+use diesel_outbox_sql::{SqlBacked as _, WriteTurnGuard};
 use tokio::{sync::Semaphore, time::MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
@@ -139,7 +140,9 @@ const FLAT_OUT: u64 = 100;
 /// (a tick missed, for a slow commit, is made up at once, so the offered
 /// load stays what was asked while the database keeps up); or, without a
 /// rate, transactions of 100 tasks back to back, as fast as the database
-/// takes them and the book's bound lets them.
+/// takes them and the book's bound lets them. Each transaction runs in the
+/// store's turn to write, as the `transaction` helpers' do (on SQLite it
+/// queues with the relays' claims and results; elsewhere there is none).
 pub(crate) async fn produce<B: Raw>(
     store: B::Store,
     mut conn: B::Conn,
@@ -182,11 +185,13 @@ pub(crate) async fn produce<B: Raw>(
             .map(|n| Task::new(KIND, 1, format!("{{\"n\":{}}}", serial + n)))
             .collect();
         serial += count;
+        let turn = WriteTurnGuard::take(store.turn()).await?;
         let ids = conn
             .transaction::<_, anyhow::Error, _>(async |tx| {
                 Ok(store.enqueue_many(tx, tasks).await?)
             })
             .await?;
+        drop(turn);
         book.committed(&ids, Instant::now());
     }
 }
