@@ -51,12 +51,14 @@ use crate::{
 /// The SQLite backend: the store's write turn and its prepared insert
 /// shapes, shared by its clones.
 ///
-/// Within a process, the store's writes queue for a turn in the order they
-/// arrive: SQLite's busy handler retries on a timer, so without the queue a
-/// writer that keeps missing the lock can wait far longer than the others,
-/// and a second relay's first claim may come only after the first relay's
-/// whole round. Build one store per database file and clone it into every
-/// worker of the process.
+/// Within a process, the store's writes and the `transaction` helpers'
+/// transactions queue for a turn in the order they arrive: SQLite's busy
+/// handler retries on a timer, so without the queue a writer that keeps
+/// missing the lock can wait far longer than the others, and a second
+/// relay's first claim may come only after the first relay's whole round.
+/// A wait for the turn lasts at most [`BUSY_TIMEOUT`](crate::BUSY_TIMEOUT),
+/// as a wait for the lock does. Build one store per database file and
+/// clone it into every worker of the process.
 #[derive(Debug, Clone)]
 pub struct Sqlite {
     writes: WriteTurn,

@@ -52,6 +52,30 @@
 //! run again; one whose first statement is a write (an insert, or the
 //! enqueue itself) is safe either way. See [`transaction`] for why.
 //!
+//! The helpers also queue for the store's turn to write, with the relays'
+//! claims and results, so the process's writers take the lock one after
+//! another instead of polling for it (SQLite's busy handler sleeps up to
+//! 100 ms between tries). A transaction of your own joins the queue with
+//! [`SqliteStore::write_turn`](diesel_outbox_sql::SqlStore::write_turn):
+//!
+//! ```no_run
+//! # use diesel_outbox_sqlite::{AsyncSqliteConnection, SqliteStore, outbox::{Store, Task}};
+//! # async fn demo(store: SqliteStore, conn: &mut AsyncSqliteConnection) -> anyhow::Result<()> {
+//! let _turn = store.write_turn().await?;
+//! conn.immediate_transaction::<_, anyhow::Error, _>(async |conn| {
+//!     store.enqueue(conn, Task::new("order.created", 1, "{}")).await?;
+//!     Ok(())
+//! })
+//! .await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A wait for the turn is bounded like the wait for the lock
+//! ([`BUSY_TIMEOUT`]); past it the helpers fail as a busy lock does, so
+//! a store write called inside such a transaction, which could never have
+//! its turn, fails after 5 s instead of waiting for ever.
+//!
 //! Why `IMMEDIATE`: a plain (deferred) transaction starts as a reader and
 //! becomes a writer at its first write; if another connection wrote in
 //! between, SQLite refuses the upgrade at once with `SQLITE_BUSY` (waiting
@@ -68,9 +92,9 @@
 //! short `BEGIN IMMEDIATE` transaction when it takes several (a claim by id,
 //! a completion that lets an ordering key move on, a discard), on a pooled
 //! connection: it holds the database's write lock for that long, never while
-//! a handler runs. The relays of one process (clones of one [`SqliteStore`])
-//! queue for their turn in order; relays in other processes on the same file
-//! wait under the busy timeout. Per-key ordering needs nothing more: whoever
+//! a handler runs. The writers of one process (clones of one [`SqliteStore`]
+//! and the [`transaction`] helpers on it) queue for their turn in order;
+//! writers in other processes on the same file wait under the busy timeout. Per-key ordering needs nothing more: whoever
 //! writes is alone. The connection settings behind this are in
 //! [`connection`], the statements in `statements.rs`.
 //!
