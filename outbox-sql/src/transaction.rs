@@ -89,21 +89,24 @@ impl<C: AsyncConnection> Drop for AbandonGuard<'_, C> {
 /// next round.
 ///
 /// On SQLite the transaction first waits for the store's turn to write
-/// ([`SqlStore::write_turn`]), which the store's claims and results queue
-/// for too, and holds it until it ends: the process's writers then take the
+/// ([`SqlStore::write_turn`]), which every write of the store queues for
+/// too, and holds it until it ends: the process's writers then take the
 /// database's one lock in turn instead of polling for it. The wait is
 /// bounded like SQLite's own (5 s): past it, the helper fails as a
 /// `BEGIN IMMEDIATE` that waited out its busy timeout does, with
-/// `database is locked`. So the body must not call a store write (a
-/// claim, `send`, `retry_pending`) nor another of these helpers: it would
-/// wait for this transaction's turn to end, and fail after those 5 s.
+/// `database is locked` (the message goes on to say the wait was for the
+/// process's turn). So the body must not call a store write (a claim,
+/// `send`, `retry_pending`) nor another of these helpers, and neither
+/// may an inbox handler, which runs in the inbox's write transaction: it
+/// would wait for the turn held around it, and fail after those 5 s.
 ///
 /// Dropped before the transaction ended, the future leaves `conn` marked
 /// broken ([`AbandonGuard`]): diesel-async refuses any later transaction on
 /// it and a pool discards it at its next checkout. It keeps the abandoned
-/// transaction until then, with its locks (SQLite's write lock): in a
-/// handler that may be cancelled, prefer [`transaction_pooled`], which
-/// closes its connection at once.
+/// transaction until then, with its locks (SQLite's write lock, which the
+/// next writer in the turn then waits for, up to 5 s): in a handler that
+/// may be cancelled, prefer [`transaction_pooled`], which closes its
+/// connection at once.
 ///
 /// The future is `Send` and borrows only `worker`, `conn` and what `body`
 /// captures, so it runs inside `tokio::spawn`, and so inside an axum or tonic
@@ -175,8 +178,8 @@ where
 /// hand it out again.
 ///
 /// On SQLite it takes the store's turn to write, as [`transaction`] does,
-/// before it takes the connection, in the order the store's own writes
-/// take them.
+/// once it has its connection, in the order the store's own writes take
+/// them.
 ///
 /// ```no_run
 /// use deadpool::managed::Pool;
@@ -213,13 +216,20 @@ where
     R: Send + 'a,
 {
     async move {
-        let store = worker.store();
-        let turn = WriteTurn::take_for_diesel(store.turn()).await?;
         let conn = pool
             .get()
             .await
             .map_err(|e| E::from(S::Dialect::pool_error(e)))?;
         let mut guard = CloseUnlessReleased::new(conn);
+        let store = worker.store();
+        let turn = match WriteTurn::take_for_diesel(store.turn()).await {
+            Ok(turn) => turn,
+            Err(late) => {
+                // Nothing ran on the connection: it goes back as it came.
+                guard.release();
+                return Err(E::from(late));
+            }
+        };
         let Some(conn) = guard.get() else {
             return Err(E::from(Error::Config {
                 field: "pool",

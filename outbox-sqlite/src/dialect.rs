@@ -140,7 +140,7 @@ impl Dialect for Sqlite {
 
     /// Each connection opened by [`establish`](crate::establish). A few
     /// connections are plenty: writes take turns anyway, and reads (stats,
-    /// `get`) never wait for them.
+    /// `get`) never wait for the write lock, only for a free connection.
     fn connect(database_url: &str, max_size: usize) -> Result<(Pool<AsyncSqliteConnection>, Self)> {
         connection::check_url(database_url)?;
         let pool = diesel_outbox_sql::build_pool(

@@ -52,29 +52,34 @@
 //! run again; one whose first statement is a write (an insert, or the
 //! enqueue itself) is safe either way. See [`transaction`] for why.
 //!
-//! The helpers also queue for the store's turn to write, with the relays'
-//! claims and results, so the process's writers take the lock one after
-//! another instead of polling for it (SQLite's busy handler sleeps up to
-//! 100 ms between tries). A transaction of your own joins the queue with
-//! [`SqliteStore::write_turn`](diesel_outbox_sql::SqlStore::write_turn):
+//! The helpers also queue for the store's turn to write, with every write
+//! of the store (claims, results, heartbeats, the periodic moves), so the
+//! process's writers take the lock one after another instead of polling
+//! for it (SQLite's busy handler sleeps up to 100 ms between tries). A
+//! transaction of your own joins the queue with
+//! [`SqliteStore::write_turn`](diesel_outbox_sql::SqlStore::write_turn),
+//! taken once you hold its connection:
 //!
 //! ```no_run
 //! # use diesel_outbox_sqlite::{AsyncSqliteConnection, SqliteStore, outbox::{Store, Task}};
 //! # async fn demo(store: SqliteStore, conn: &mut AsyncSqliteConnection) -> anyhow::Result<()> {
-//! let _turn = store.write_turn().await?;
+//! let turn = store.write_turn().await?;
 //! conn.immediate_transaction::<_, anyhow::Error, _>(async |conn| {
 //!     store.enqueue(conn, Task::new("order.created", 1, "{}")).await?;
 //!     Ok(())
 //! })
 //! .await?;
+//! drop(turn);
 //! # Ok(())
 //! # }
 //! ```
 //!
-//! A wait for the turn is bounded like the wait for the lock
-//! ([`BUSY_TIMEOUT`]); past it the helpers fail as a busy lock does, so
-//! a store write called inside such a transaction, which could never have
-//! its turn, fails after 5 s instead of waiting for ever.
+//! A wait for the turn lasts at most [`BUSY_TIMEOUT`], as a wait for the
+//! lock does; past it the helpers fail as a busy lock does (`database is
+//! locked`), and a store write with a retryable `LockTimeout`. A store
+//! write called inside a transaction that holds the turn (one of the
+//! helpers', or an inbox handler's) can never have it, so it fails after
+//! those 5 s: send after the transaction, never inside it.
 //!
 //! Why `IMMEDIATE`: a plain (deferred) transaction starts as a reader and
 //! becomes a writer at its first write; if another connection wrote in

@@ -282,6 +282,12 @@ async fn a_store_write_inside_a_helpers_transaction_fails_after_the_bound() {
     assert!(started.elapsed() >= BUSY_TIMEOUT, "{:?}", started.elapsed());
     assert_eq!(error.database_kind(), Some(DatabaseErrorKind::LockTimeout));
     assert!(error.is_retryable());
+    // It waited in the process's queue, not at SQLite's lock.
+    assert!(
+        error.chain().contains("turn to write did not come"),
+        "{}",
+        error.chain()
+    );
     // The turn is free again once the helper ended.
     let report = worker.retry_pending(10).await.expect("round");
     assert_eq!(report.claimed, 1);
@@ -349,4 +355,47 @@ async fn a_helper_dropped_mid_transaction_gives_the_turn_back() {
     handle.wait_for_successes(1).await;
     assert_eq!(handle.succeeded_ids(), [id]);
     assert_eq!(db.count_tasks().await.expect("count"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_waiting_for_a_connection_does_not_hold_the_turn() {
+    let db = SqliteTestDb::create("turn_after_connection")
+        .await
+        .expect("db");
+    enqueue(&db, vec![task(1)]).await;
+    // One connection for the store and the caller alike.
+    let store = SqliteStore::connect(db.url(), 1).expect("store");
+    let (mock, handle) = handler::recording();
+    let registry = Registry::builder()
+        .handler("order.created", 1, mock)
+        .build()
+        .expect("registry");
+    let worker = Worker::new(store.clone(), registry).expect("worker");
+    let mut conn = store.pool().get().await.expect("the pool's connection");
+    let mut round = tokio::spawn({
+        let worker = worker.clone();
+        async move { worker.retry_pending(10).await }
+    });
+    assert!(
+        tokio::time::timeout(WAITS, &mut round).await.is_err(),
+        "the round ran without a connection"
+    );
+    // The round waits for the connection held here, without the turn, so
+    // the helper on that connection has its turn at once.
+    let started = Instant::now();
+    let id = transaction(&worker, &mut *conn, async |mut tx| {
+        anyhow::Ok(tx.enqueue(task(2)).await?)
+    })
+    .await
+    .expect("the helper on the held connection");
+    assert!(started.elapsed() < BUSY_TIMEOUT, "{:?}", started.elapsed());
+    drop(conn);
+    let report = round.await.expect("join").expect("round");
+    assert!(report.claimed >= 1, "{report:?}");
+    worker.wait_idle().await;
+    worker.retry_pending(10).await.expect("the rest");
+    handle.wait_for_successes(2).await;
+    let mut ids = handle.succeeded_ids();
+    ids.sort();
+    assert!(ids.contains(&id), "{ids:?}");
 }

@@ -36,12 +36,12 @@ impl<D: Dialect> Maintenance for SqlStore<D> {
     }
 
     async fn beat(&self, beat: &Heartbeat) -> Result<()> {
-        self.run(async |conn| self.dialect().beat(conn, beat).await)
+        self.write(async |conn| self.dialect().beat(conn, beat).await)
             .await
     }
 
     async fn forget_relay(&self, owner: &str) -> Result<()> {
-        self.run(async |conn| self.dialect().forget_relay(conn, owner).await)
+        self.write(async |conn| self.dialect().forget_relay(conn, owner).await)
             .await
     }
 

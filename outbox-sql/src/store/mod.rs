@@ -160,17 +160,22 @@ impl<D: Dialect> SqlStore<D> {
     /// time (SQLite): held until the guard is dropped, shared by the
     /// store's clones; on other backends a guard that holds nothing.
     ///
-    /// The store's own writes (claims, results, the periodic moves) take
-    /// it, and so do [`transaction`](crate::transaction) and
+    /// Every write of the store (claims, results, heartbeats, the periodic
+    /// moves, the inbox's transactions) takes it, and so do
+    /// [`transaction`](crate::transaction) and
     /// [`transaction_pooled`](crate::transaction_pooled). Take it around a
     /// write transaction of your own on the same database, and that
     /// transaction queues with them instead of polling for the database's
     /// lock (see [`WriteTurn`](crate::WriteTurn) for why that matters).
-    /// Never call a store write, nor one of those helpers, while you hold
-    /// it: it would wait for your turn to end, and fail after the wait's
-    /// bound (5 s on SQLite) with a retryable
-    /// [`LockTimeout`](diesel_outbox_core::DatabaseErrorKind::LockTimeout),
-    /// as does a wait in a long queue.
+    /// Take it once you hold the connection the transaction runs on, as
+    /// the store does: a writer that held the turn while it waited for a
+    /// connection could wait for one held by a writer queued behind it.
+    ///
+    /// Never call a store write (`send`, `retry_pending`, a claim), nor one
+    /// of those helpers, while you hold it: it would wait for your turn to
+    /// end, and fail after the wait's bound (5 s on SQLite) with a
+    /// retryable [`LockTimeout`](diesel_outbox_core::DatabaseErrorKind::LockTimeout),
+    /// as does a wait in a queue that long. End the turn first.
     ///
     /// ```no_run
     /// use diesel_async::AsyncConnection;
@@ -178,13 +183,16 @@ impl<D: Dialect> SqlStore<D> {
     /// use diesel_outbox_sql::{Dialect, SqlStore};
     ///
     /// # async fn demo<D: Dialect>(store: SqlStore<D>, conn: &mut D::Conn) -> anyhow::Result<()> {
-    /// let _turn = store.write_turn().await?;
-    /// conn.transaction::<_, anyhow::Error, _>(async |conn| {
-    ///     // ... the business rows ...
-    ///     store.enqueue(conn, Task::new("order.created", 1, "{}")).await?;
-    ///     Ok(())
-    /// })
-    /// .await?;
+    /// let turn = store.write_turn().await?;
+    /// // On SQLite, `immediate_transaction` (see `diesel_outbox_sqlite`).
+    /// let id = conn
+    ///     .transaction::<_, anyhow::Error, _>(async |conn| {
+    ///         // ... the business rows ...
+    ///         Ok(store.enqueue(conn, Task::new("order.created", 1, "{}")).await?)
+    ///     })
+    ///     .await?;
+    /// drop(turn); // before anything else writes: sending the task, say
+    /// # let _ = id;
     /// # Ok(())
     /// # }
     /// ```
@@ -193,15 +201,22 @@ impl<D: Dialect> SqlStore<D> {
     }
 
     /// [`run`](Self::run) for a write: in this process's turn to write
-    /// where the backend has one writer at a time.
+    /// where the backend has one writer at a time. The connection comes
+    /// first and the turn second, as for the `transaction` helpers, whose
+    /// caller holds the connection already: whoever holds the turn has its
+    /// connection, so a writer waiting for the pool never holds the turn
+    /// that the connections' holders wait for.
     pub(crate) async fn write<T, F>(&self, body: F) -> Result<T>
     where
         F: for<'c> AsyncFnOnce(&'c mut D::Conn) -> Result<T> + Send,
         for<'c> F: TxBody<&'c mut D::Conn, Result<T>, Fut: Send>,
         T: Send,
     {
-        let _turn = self.write_turn().await?;
-        self.run(body).await
+        self.run(async |conn| {
+            let _turn = self.write_turn().await?;
+            body(conn).await
+        })
+        .await
     }
 }
 

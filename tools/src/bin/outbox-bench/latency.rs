@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use diesel_async::AsyncConnection;
 use diesel_outbox_core::{Registry, Relay, RelayConfig, Store, Task, TaskId, Worker};
+use diesel_outbox_sql::{SqlBacked as _, WriteTurnGuard};
 use tokio_util::sync::CancellationToken;
 
 use super::{
@@ -76,6 +77,8 @@ async fn measure_one<B: Raw>(
     let mut conn = db.connect().await?;
     let mut committed: Vec<(TaskId, Instant)> = Vec::with_capacity(count);
     for n in 0..count {
+        // In the store's turn to write, as the `transaction` helpers are.
+        let turn = WriteTurnGuard::take(store.turn()).await?;
         let id = conn
             .transaction::<_, anyhow::Error, _>(async |tx| {
                 Ok(store
@@ -83,6 +86,7 @@ async fn measure_one<B: Raw>(
                     .await?)
             })
             .await?;
+        drop(turn);
         committed.push((id, Instant::now()));
         if let Mode::SendAsync = mode {
             worker.send_async(id);

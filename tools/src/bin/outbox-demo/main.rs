@@ -31,8 +31,7 @@ use std::{process::Stdio, sync::Arc, time::Instant};
 
 use anyhow::Context as _;
 use clap::Parser;
-use diesel_async::AsyncConnection;
-use diesel_outbox_core::{CancellationToken, Maintenance, Relay, Store, Task};
+use diesel_outbox_core::{CancellationToken, Maintenance, Relay, Task};
 use diesel_outbox_sql::BackendKind;
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 
@@ -194,17 +193,17 @@ async fn demo<B: Raw>(args: &Args) -> anyhow::Result<()> {
                 return anyhow::Ok(());
             }
             let order = i64::try_from(n)? + 1;
-            let store = db.store();
-            let id = conn
-                .transaction::<_, anyhow::Error, _>(async |tx| {
-                    B::insert_order(tx, order, Prepare::Once).await?;
-                    let payload = serde_json::json!({ "order": order, "customer": "customer-9" });
-                    Ok(store
-                        .enqueue(tx, Task::json(effect::ORDER_CREATED, 1, &payload)?)
-                        .await?)
-                })
-                .await?;
-            worker.send_async(id);
+            // The order and its message commit together, and the message
+            // is sent right after (`send_async`); on SQLite the transaction
+            // queues with the relays' writes for the store's turn.
+            diesel_outbox_sql::transaction(&worker, &mut conn, async |mut tx| {
+                B::insert_order(tx.conn(), order, Prepare::Once).await?;
+                let payload = serde_json::json!({ "order": order, "customer": "customer-9" });
+                tx.enqueue(Task::json(effect::ORDER_CREATED, 1, &payload)?)
+                    .await?;
+                anyhow::Ok(())
+            })
+            .await?;
             placed.inc(1);
             if n + 1 == kill_at {
                 third_placed.notify_one();
