@@ -357,9 +357,11 @@ pub async fn cancelled_inbox_records_leave_nothing_behind<B: TestBackend>(
 
 /// The `transaction` helpers, dropped at every await point: on a pool's
 /// connection the transaction is gone at once; on the caller's own
-/// connection the connection refuses any further transaction (instead of
-/// nesting it in the abandoned one), and once the caller drops it too, as a
-/// cancelled request handler does, nothing is left open.
+/// connection, once the transaction began, the connection refuses any
+/// further transaction (instead of nesting it in the abandoned one), and
+/// once the caller drops it too, as a cancelled request handler does,
+/// nothing is left open. Dropped before it began (while it waited for
+/// SQLite's turn to write), the helper leaves the connection as it was.
 pub async fn cancelled_transaction_helpers_leave_nothing_behind<B: TestBackend>(
     db: &B,
 ) -> anyhow::Result<()> {
@@ -400,14 +402,30 @@ pub async fn cancelled_transaction_helpers_leave_nothing_behind<B: TestBackend>(
         .await
         .is_some();
         if !finished {
-            let refused = conn
-                .transaction::<_, diesel::result::Error, _>(async |_| Ok(()))
-                .await;
-            ensure!(
-                refused.is_err(),
-                "a transaction on a connection whose helper was dropped after {polls} polls was \
-                 let through (it would nest in the abandoned one)"
-            );
+            match diesel_outbox_sql::require_transaction(&mut conn) {
+                // Dropped before its transaction began (waiting for the
+                // store's turn to write, on SQLite): nothing was opened, so
+                // the connection's next transaction is a top-level one.
+                Err(diesel_outbox_core::Error::NotTransaction) => {
+                    conn.transaction::<_, anyhow::Error, _>(async |conn| {
+                        Ok(diesel_outbox_sql::require_transaction(conn)?)
+                    })
+                    .await
+                    .with_context(|| {
+                        format!("a transaction after a helper dropped unbegun ({polls} polls)")
+                    })?;
+                }
+                _ => {
+                    let refused = conn
+                        .transaction::<_, diesel::result::Error, _>(async |_| Ok(()))
+                        .await;
+                    ensure!(
+                        refused.is_err(),
+                        "a transaction on a connection whose helper was dropped after {polls} \
+                         polls was let through (it would nest in the abandoned one)"
+                    );
+                }
+            }
         }
         drop(conn);
         settled(db, &key)
