@@ -38,15 +38,22 @@ fn worker(
     Worker<SqliteStore>,
     diesel_outbox_testkit::handler::HandlerHandle,
 ) {
+    worker_on(db.store().clone())
+}
+
+/// A worker on `store` whose handler records what it is given.
+fn worker_on(
+    store: SqliteStore,
+) -> (
+    Worker<SqliteStore>,
+    diesel_outbox_testkit::handler::HandlerHandle,
+) {
     let (mock, handle) = handler::recording();
     let registry = Registry::builder()
         .handler("order.created", 1, mock)
         .build()
         .expect("registry");
-    (
-        Worker::new(db.store().clone(), registry).expect("worker"),
-        handle,
-    )
+    (Worker::new(store, registry).expect("worker"), handle)
 }
 
 #[derive(QueryableByName)]
@@ -365,12 +372,7 @@ async fn a_writer_waiting_for_a_connection_does_not_hold_the_turn() {
     enqueue(&db, vec![task(1)]).await;
     // One connection for the store and the caller alike.
     let store = SqliteStore::connect(db.url(), 1).expect("store");
-    let (mock, handle) = handler::recording();
-    let registry = Registry::builder()
-        .handler("order.created", 1, mock)
-        .build()
-        .expect("registry");
-    let worker = Worker::new(store.clone(), registry).expect("worker");
+    let (worker, handle) = worker_on(store.clone());
     let mut conn = store.pool().get().await.expect("the pool's connection");
     let mut round = tokio::spawn({
         let worker = worker.clone();
