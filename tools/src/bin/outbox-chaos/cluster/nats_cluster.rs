@@ -156,9 +156,15 @@ pub(crate) async fn run(ctx: &mut ClusterCtx<'_>, report: &mut Report) -> anyhow
     let spec = StreamSpec::for_publisher(STREAM, &publisher(&urls).await?)
         .duplicate_window(window)
         .replicas(NODES);
-    spec.ensure(&jetstream)
-        .await
-        .context("creating the replicated stream")?;
+    // Creating the stream is idempotent; a request that times out while
+    // the new cluster settles is asked again, for at most 30 s.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while let Err(error) = spec.ensure(&jetstream).await {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(error).context("creating the replicated stream");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let everyone_current = || async {
         let (leader, replicas) = placement(&jetstream).await?;
         let current = !leader.is_empty()

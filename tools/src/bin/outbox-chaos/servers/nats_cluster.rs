@@ -45,7 +45,7 @@ pub(crate) struct NatsCluster {
 impl NatsCluster {
     /// Starts `size` nodes routed to each other, and waits until each
     /// accepts clients with JetStream and the cluster has elected a
-    /// JetStream meta leader. A node that exits while starting (another
+    /// JetStream meta leader whose peers are all current. A node that exits while starting (another
     /// process took one of its ports between our check and its listen)
     /// has the whole cluster started again on fresh ports, up to three
     /// times: every node's routes name every other's cluster port.
@@ -161,22 +161,30 @@ impl NatsCluster {
         .await
     }
 
-    /// Waits until some running node names a JetStream meta leader, at most
-    /// `limit`, and returns its name.
+    /// Waits until some running node names a JetStream meta leader and
+    /// reports every other node a current peer of the meta group, at most
+    /// `limit`, and returns the leader's name. A leader alone is not enough:
+    /// until its peers have caught up, it cannot place a replicated stream,
+    /// and a request to create one times out.
     pub(crate) async fn meta_leader(&self, limit: Duration) -> anyhow::Result<String> {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             for node in self.nodes.iter().filter(|node| node.server.is_some()) {
                 if let Ok(jsz) = self.jsz(&node.name, "").await
                     && let Some(name) = jsz["meta_cluster"]["leader"].as_str()
-                    && !name.is_empty()
+                    && name == node.name
+                    && let Some(peers) = jsz["meta_cluster"]["replicas"].as_array()
+                    && peers.len() + 1 == self.nodes.len()
+                    && peers
+                        .iter()
+                        .all(|peer| peer["current"].as_bool() == Some(true))
                 {
                     return Ok(name.to_owned());
                 }
             }
             anyhow::ensure!(
                 tokio::time::Instant::now() < deadline,
-                "no node named a JetStream meta leader within {limit:?}"
+                "no node led a JetStream meta group with every other node current within {limit:?}"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
