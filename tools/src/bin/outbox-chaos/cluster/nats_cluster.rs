@@ -28,7 +28,7 @@ use crate::{
     relays::{RelaySpec, Relays},
     report::Report,
     scenarios::{nats::check_one_per_task, pause, settle, then_stop},
-    servers::{DbServer as _, nats_cluster::NatsCluster, postgres::PgServer},
+    servers::{DbServer as _, nats_cluster::NatsCluster, postgres::PgServer, wait_until},
 };
 
 /// Nodes, and replicas of the stream: a majority (2) survives one loss.
@@ -158,13 +158,11 @@ pub(crate) async fn run(ctx: &mut ClusterCtx<'_>, report: &mut Report) -> anyhow
         .replicas(NODES);
     // Creating the stream is idempotent; a request that times out while
     // the new cluster settles is asked again, for at most 30 s.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while let Err(error) = spec.ensure(&jetstream).await {
-        if tokio::time::Instant::now() >= deadline {
-            return Err(error).context("creating the replicated stream");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_until("the replicated stream", Duration::from_secs(30), || async {
+        spec.ensure(&jetstream).await.map(drop).map_err(Into::into)
+    })
+    .await
+    .context("creating the replicated stream")?;
     let everyone_current = || async {
         let (leader, replicas) = placement(&jetstream).await?;
         let current = !leader.is_empty()

@@ -45,10 +45,11 @@ pub(crate) struct NatsCluster {
 impl NatsCluster {
     /// Starts `size` nodes routed to each other, and waits until each
     /// accepts clients with JetStream and the cluster has elected a
-    /// JetStream meta leader whose peers are all current. A node that exits while starting (another
-    /// process took one of its ports between our check and its listen)
-    /// has the whole cluster started again on fresh ports, up to three
-    /// times: every node's routes name every other's cluster port.
+    /// JetStream meta leader whose peers are all current. A node that exits
+    /// while starting (another process took one of its ports between our
+    /// check and its listen) has the whole cluster started again on fresh
+    /// ports, up to three times: every node's routes name every other's
+    /// cluster port.
     pub(crate) async fn start(run: &RunDir, size: usize) -> anyhow::Result<Self> {
         let mut tries = 0;
         loop {
