@@ -14,6 +14,17 @@
 //!   sent after commit never outlives its business rows in a power cut.
 //!   (`NORMAL` would lose the last commits on power loss, after their
 //!   messages may have gone out.)
+//! - `mmap_size` ([`MMAP_SIZE`]): a statement reads the file's pages
+//!   through a memory map instead of a system call and a copy per page. In
+//!   WAL mode a connection empties its page cache whenever another
+//!   connection committed since its last transaction, which among a pool's
+//!   connections taking turns to write is before most statements under
+//!   load: without the map, each reads every page it touches again, and
+//!   grows slower as the file grows. The map takes address space per
+//!   connection, not memory (its pages are the system's file cache, shared
+//!   by every connection); the price is that an I/O error reading the file
+//!   ends the process with `SIGBUS` instead of failing the statement.
+//!   Writes go through the WAL file as they do without it.
 //!
 //! Every write of the store is one statement, which takes the write lock at
 //! its first step, or a `BEGIN IMMEDIATE` transaction, which takes it first:
@@ -41,11 +52,17 @@ pub type AsyncSqliteConnection = SyncConnectionWrapper<SqliteConnection>;
 /// with `SQLITE_BUSY`.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How much of the database file a connection reads through a memory map
+/// (`mmap_size`): SQLite's own limit on the platforms that have one
+/// (2 GiB less 64 KiB), which any larger request is cut to.
+pub const MMAP_SIZE: u64 = 0x7fff_0000;
+
 /// The settings every connection the crate opens gets (see the module
 /// documentation for why).
 pub fn settings_sql() -> String {
     format!(
-        "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;",
+        "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; \
+         PRAGMA mmap_size = {MMAP_SIZE};",
         BUSY_TIMEOUT.as_millis()
     )
 }

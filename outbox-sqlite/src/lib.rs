@@ -140,7 +140,7 @@ pub use tables::{TaskRow, schema};
 /// The backend-free core, re-exported so one dependency is enough.
 pub use diesel_outbox_core as outbox;
 
-pub use connection::{AsyncSqliteConnection, BUSY_TIMEOUT, establish, manager_config};
+pub use connection::{AsyncSqliteConnection, BUSY_TIMEOUT, MMAP_SIZE, establish, manager_config};
 pub use dialect::Sqlite;
 pub use diesel_outbox_sql::{MigrationSql, Names, transaction, transaction_pooled};
 

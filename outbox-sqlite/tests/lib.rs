@@ -23,5 +23,6 @@ mod conformance_tenant {
 mod migration_lock;
 mod prepared_inserts;
 mod processes;
+mod settings;
 mod time_zone;
 mod write_lock;
