@@ -14,17 +14,24 @@
 //!   sent after commit never outlives its business rows in a power cut.
 //!   (`NORMAL` would lose the last commits on power loss, after their
 //!   messages may have gone out.)
-//! - `mmap_size` ([`MMAP_SIZE`]): a statement reads the file's pages
-//!   through a memory map instead of a system call and a copy per page. In
-//!   WAL mode a connection empties its page cache whenever another
-//!   connection committed since its last transaction, which among a pool's
-//!   connections taking turns to write is before most statements under
-//!   load: without the map, each reads every page it touches again, and
-//!   grows slower as the file grows. The map takes address space per
-//!   connection, not memory (its pages are the system's file cache, shared
-//!   by every connection); the price is that an I/O error reading the file
-//!   ends the process with `SIGBUS` instead of failing the statement.
-//!   Writes go through the WAL file as they do without it.
+//! - `mmap_size` ([`MMAP_SIZE`]): a statement reads pages whose newest
+//!   copy is in the database file (not in the WAL) through a memory map of
+//!   the file's first [`MMAP_SIZE`] bytes, instead of a system call and a
+//!   copy per page. In WAL mode a connection empties its page cache, and
+//!   drops its map, whenever another connection committed since its last
+//!   transaction; among a pool's connections taking turns to write, under
+//!   load, that is before most statements. Each then reads every page it
+//!   touches again: without the map by a read each, which slows the
+//!   statements as the file grows; with it by a page fault each, which
+//!   does not. The setting is for speed, not for safety: a connection
+//!   without it is as safe (a pool of one's own whose setup runs
+//!   `PRAGMA mmap_size = 0`). The map is read-only, so writes go through
+//!   the WAL as they do without it. Its pages are the system's file cache,
+//!   shared by every connection, though each connection's map counts them
+//!   in the process's resident memory. The price: an I/O error reading the
+//!   file, or another program truncating or overwriting the live file,
+//!   ends the process with `SIGBUS` instead of failing the statement (copy
+//!   a live database with SQLite's backup or `VACUUM INTO`, never over it).
 //!
 //! Every write of the store is one statement, which takes the write lock at
 //! its first step, or a `BEGIN IMMEDIATE` transaction, which takes it first:
@@ -53,8 +60,9 @@ pub type AsyncSqliteConnection = SyncConnectionWrapper<SqliteConnection>;
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How much of the database file a connection reads through a memory map
-/// (`mmap_size`): SQLite's own limit on the platforms that have one
-/// (2 GiB less 64 KiB), which any larger request is cut to.
+/// (`mmap_size`): the bundled SQLite's own limit on Linux, macOS, Windows,
+/// FreeBSD and Solaris (2 GiB less 64 KiB), which any larger request is cut
+/// to. Elsewhere SQLite's limit is 0, and no file is mapped.
 pub const MMAP_SIZE: u64 = 0x7fff_0000;
 
 /// The settings every connection the crate opens gets (see the module

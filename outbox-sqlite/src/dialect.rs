@@ -153,7 +153,8 @@ impl Dialect for Sqlite {
     }
 
     /// The pool's connections should have the settings of
-    /// [`establish`](crate::establish) (WAL, busy timeout);
+    /// [`establish`](crate::establish) (WAL, busy timeout, full sync, a
+    /// memory map);
     /// [`manager_config`](crate::manager_config) builds such a pool.
     fn for_pool(_: &Pool<AsyncSqliteConnection>) -> Self {
         Self::default()
