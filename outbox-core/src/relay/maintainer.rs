@@ -56,6 +56,8 @@ struct PurgeSchedule {
     next: Instant,
     /// When the cycle under way started; `None` between cycles.
     cycle_started: Option<Instant>,
+    /// Whether the cycle under way has run for a whole `purge_interval`.
+    behind: bool,
 }
 
 impl PurgeSchedule {
@@ -64,6 +66,7 @@ impl PurgeSchedule {
         Self {
             next: now,
             cycle_started: None,
+            behind: false,
         }
     }
 
@@ -88,20 +91,32 @@ impl PurgeSchedule {
     /// purge or none. With more, the cycle's next pass starts as long after
     /// `now` as the pass took, or at `now` once the cycle has run for
     /// `interval`; with none, the next cycle starts `interval` after `now`.
-    fn passed(&mut self, more: bool, pass_began: Instant, now: Instant, interval: Duration) {
+    /// Returns `true` once a cycle, at the pass that finds it has run for
+    /// `interval` with more to purge: it has fallen behind.
+    fn passed(
+        &mut self,
+        more: bool,
+        pass_began: Instant,
+        now: Instant,
+        interval: Duration,
+    ) -> bool {
         if !more {
             *self = Self {
                 next: later(now, interval),
                 cycle_started: None,
+                behind: false,
             };
-            return;
+            return false;
         }
         let started = *self.cycle_started.get_or_insert(pass_began);
-        self.next = if now >= later(started, interval) {
+        let fell_behind = !self.behind && now >= later(started, interval);
+        self.behind |= fell_behind;
+        self.next = if self.behind {
             now
         } else {
             later(now, now.saturating_duration_since(pass_began))
         };
+        fell_behind
     }
 }
 
@@ -153,7 +168,13 @@ pub(super) async fn run<S: Maintenance>(
             let more = purge_step(store, retention, step, &mut done).await;
             let now = Instant::now();
             done.purge_time += now.saturating_duration_since(pass_began);
-            purges.passed(more, pass_began, now, config.purge_interval);
+            if purges.passed(more, pass_began, now, config.purge_interval) {
+                tracing::info!(
+                    purge_interval = ?config.purge_interval,
+                    "relay's purge has run for a whole purge_interval and finds more to purge: \
+                     it goes on without pausing until it is done"
+                );
+            }
         }
         if Instant::now() >= next_beat {
             if let Err(error) = store.beat(&activity.heartbeat(&owner)).await {
@@ -294,7 +315,7 @@ mod tests {
     /// 10 ms that left more to purge.
     fn under_way(started: Instant, interval: Duration) -> PurgeSchedule {
         let mut purges = PurgeSchedule::new(started);
-        purges.passed(true, started, started + 10 * MS, interval);
+        assert!(!purges.passed(true, started, started + 10 * MS, interval));
         purges
     }
 
@@ -304,7 +325,7 @@ mod tests {
         let mut purges = under_way(started, 60_000 * MS);
         let pass_began = started + 100 * MS;
         let now = pass_began + 30 * MS;
-        purges.passed(true, pass_began, now, 60_000 * MS);
+        assert!(!purges.passed(true, pass_began, now, 60_000 * MS));
         assert_eq!(purges.cycle_started, Some(started));
         assert_eq!(purges.next, now + 30 * MS);
         assert_eq!(purges.pause_ends(), Some(now + 30 * MS));
@@ -318,9 +339,19 @@ mod tests {
         let mut purges = under_way(started, 1_000 * MS);
         let pass_began = started + 990 * MS;
         let now = pass_began + 30 * MS;
-        purges.passed(true, pass_began, now, 1_000 * MS);
+        assert!(
+            purges.passed(true, pass_began, now, 1_000 * MS),
+            "the first pass past the interval says the cycle fell behind"
+        );
         assert_eq!(purges.next, now);
         assert!(purges.goes_straight_on(now));
+        assert!(
+            !purges.passed(true, now, now + 30 * MS, 1_000 * MS),
+            "a cycle falls behind once"
+        );
+        assert_eq!(purges.next, now + 30 * MS);
+        assert!(!purges.passed(false, now + 30 * MS, now + 40 * MS, 1_000 * MS));
+        assert!(!purges.behind, "the next cycle starts afresh");
     }
 
     #[test]
@@ -328,7 +359,7 @@ mod tests {
         let started = Instant::now();
         let mut purges = under_way(started, 1_000 * MS);
         let now = started + 50 * MS;
-        purges.passed(false, started + 40 * MS, now, 1_000 * MS);
+        assert!(!purges.passed(false, started + 40 * MS, now, 1_000 * MS));
         assert_eq!(purges.cycle_started, None);
         assert_eq!(purges.next, now + 1_000 * MS);
         assert_eq!(purges.pause_ends(), None);
