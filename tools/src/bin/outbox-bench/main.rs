@@ -152,10 +152,19 @@ pub(crate) struct Args {
     /// producers flat out beside the relays, measured first.
     #[arg(long, default_value_t = 0.7, requires = "soak")]
     soak_load: f64,
+    /// A rate for the soak's producers in tasks/s, instead of --soak-load's
+    /// share of the rate measured first: two builds compared at one rate.
+    #[arg(long, requires = "soak", conflicts_with = "soak_load")]
+    soak_rate: Option<f64>,
     /// How often the soak's relays purge, in seconds (`purge_interval`;
     /// 30 in the full form, 5 with --quick).
     #[arg(long, requires = "soak")]
     soak_purge_interval: Option<u64>,
+    /// How long the soak keeps finished tasks, in seconds (`retention`;
+    /// 300 in the full form, 20 with --quick): a shorter one starts the
+    /// purge cycles sooner in a short run.
+    #[arg(long, requires = "soak")]
+    soak_retention: Option<u64>,
     /// How often the soak takes a sample, in seconds (60 in the full form,
     /// 5 with --quick): finer samples show what a minute's p99 hides.
     #[arg(long, requires = "soak")]
@@ -469,6 +478,16 @@ async fn soak_backends(args: &Args) -> anyhow::Result<()> {
         anyhow::ensure!(seconds > 0, "--soak-purge-interval must be at least 1");
         plan.purge_interval = Duration::from_secs(seconds);
     }
+    if let Some(rate) = args.soak_rate {
+        anyhow::ensure!(
+            rate.is_finite() && rate >= 1.0,
+            "--soak-rate must be at least 1 task/s"
+        );
+        plan.rate = Some(rate);
+    }
+    if let Some(seconds) = args.soak_retention {
+        plan.retention = Duration::from_secs(seconds);
+    }
     if let Some(seconds) = args.soak_sample {
         anyhow::ensure!(seconds > 0, "--soak-sample must be at least 1");
         plan.sample = Duration::from_secs(seconds);
@@ -549,7 +568,7 @@ fn print_soak(runs: &[soak::report::SoakRun], meta: &docs::Meta) {
             "soak on {}: {:.0} tasks/s offered ({:.0}% of {:.0} tasks/s sustained)",
             meta.backend(run.backend),
             run.rate,
-            run.plan.load * 100.0,
+            run.share_percent(),
             run.capacity
         );
         println!();

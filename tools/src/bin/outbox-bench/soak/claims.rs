@@ -4,17 +4,20 @@
 //! last returned (the span is entered only while the claim is polled; the
 //! deliveries that follow it run in spans of their own).
 //!
-//! Every other span and event is of no interest to it, so they cost what a
-//! disabled callsite costs.
+//! Every other span and event is of no interest to it. Beside it, the
+//! library's events of level `INFO` and above are printed to stderr; the
+//! relays' spans and events below that level still cost what a disabled
+//! callsite costs.
 
 use std::{
     sync::{Arc, Mutex, PoisonError},
     time::{Duration, Instant},
 };
 
-use tracing::{Metadata, Subscriber, span, subscriber::Interest};
+use tracing::{Level, Metadata, Subscriber, span, subscriber::Interest};
 use tracing_subscriber::{
     Layer,
+    filter::Targets,
     layer::{Context, SubscriberExt as _},
     registry::LookupSpan,
 };
@@ -27,9 +30,17 @@ const CLAIM: &str = "outbox.claim";
 pub(crate) struct ClaimTimes(Arc<Mutex<Vec<Duration>>>);
 
 impl ClaimTimes {
-    /// Makes this the process's subscriber; fails if one is set already.
+    /// Makes this the process's subscriber, beside one that prints the
+    /// library's events of level `INFO` and above (a relay's warnings, a
+    /// purge that fell behind) to stderr; fails if one is set already.
     pub(crate) fn install(&self) -> anyhow::Result<()> {
-        let subscriber = tracing_subscriber::registry().with(ClaimLayer(self.clone()));
+        let events = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .with_filter(library_events());
+        let subscriber = tracing_subscriber::registry()
+            .with(ClaimLayer(self.clone()))
+            .with(events);
         tracing::subscriber::set_global_default(subscriber)
             .map_err(|error| anyhow::anyhow!("timing the claims: {error}"))
     }
@@ -45,6 +56,12 @@ impl ClaimTimes {
             .unwrap_or_else(PoisonError::into_inner)
             .push(took);
     }
+}
+
+/// The library's crates (`diesel_outbox_core`, `diesel_outbox_sql`, ...),
+/// at level `INFO` and above.
+fn library_events() -> Targets {
+    Targets::new().with_target("diesel_outbox", Level::INFO)
 }
 
 /// When a claim span began, and when it was last left.
@@ -102,6 +119,16 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for ClaimLayer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_library_s_events_are_printed_from_info_up() {
+        let events = library_events();
+        let maintainer = "diesel_outbox_core::relay::maintainer";
+        assert!(events.would_enable(maintainer, &Level::INFO));
+        assert!(events.would_enable("diesel_outbox_sql::store", &Level::WARN));
+        assert!(!events.would_enable(maintainer, &Level::DEBUG));
+        assert!(!events.would_enable("diesel_async", &Level::WARN));
+    }
 
     #[test]
     fn a_claim_span_is_timed_from_its_start_to_its_last_exit() {

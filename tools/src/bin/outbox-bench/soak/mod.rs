@@ -61,6 +61,9 @@ pub(crate) struct SoakPlan {
     pub(crate) sample: Duration,
     /// The producers' rate, as a share of the rate measured first.
     pub(crate) load: f64,
+    /// A rate to offer instead of that share, in tasks/s: two builds
+    /// compared at one rate, whatever each measured first.
+    pub(crate) rate: Option<f64>,
     /// How long producers run flat out beside the relays first, to measure
     /// the rate the machine sustains (the second half is measured).
     pub(crate) calibration: Duration,
@@ -84,6 +87,7 @@ impl SoakPlan {
                 duration: Duration::from_secs(30),
                 sample: Duration::from_secs(5),
                 load,
+                rate: None,
                 calibration: Duration::from_secs(10),
                 retention: Duration::from_secs(20),
                 purge_interval: Duration::from_secs(5),
@@ -95,6 +99,7 @@ impl SoakPlan {
                 duration: Duration::from_secs(minutes * 60),
                 sample: Duration::from_secs(60),
                 load,
+                rate: None,
                 calibration: Duration::from_secs(60),
                 retention: Duration::from_secs(5 * 60),
                 purge_interval: Duration::from_secs(30),
@@ -195,6 +200,13 @@ async fn finish<B: Storage>(
     for relay in relays.1 {
         let report = relay.await?;
         anyhow::ensure!(report.errors == 0, "a relay reported errors: {report:?}");
+        eprintln!(
+            "soak: {}: a relay handled {} tasks and purged {} in {:.1} s of purge passes",
+            B::NAME,
+            report.succeeded,
+            report.purged,
+            report.purge_time.as_secs_f64()
+        );
     }
     Ok(left)
 }
@@ -249,7 +261,7 @@ pub(crate) async fn run<B: Storage>(
     let capacity = (taken.handled as f64 / seconds).max(1.0);
     finish(&measured_on, producers, relays, plan.finish_within).await?;
     drop(measured_on);
-    let rate = capacity * plan.load;
+    let rate = plan.rate.unwrap_or(capacity * plan.load);
     eprintln!(
         "soak: {}: sustained {capacity:.0} tasks/s; enqueueing {rate:.0} tasks/s for {} s",
         B::NAME,

@@ -116,6 +116,11 @@ pub(crate) struct Check {
 }
 
 impl SoakRun {
+    /// The rate offered, in percent of the rate measured first.
+    pub(crate) fn share_percent(&self) -> f64 {
+        self.rate / self.capacity * 100.0
+    }
+
     fn end(&self) -> f64 {
         self.samples.last().map_or(0.0, |s| s.minutes)
     }
@@ -339,7 +344,7 @@ impl SoakRun {
             title: format!(
                 "Soak, {backend}: {:.0} tasks/s offered ({:.0}% of {:.0} sustained), retention {} s",
                 self.rate,
-                self.plan.load * 100.0,
+                self.share_percent(),
                 self.capacity,
                 self.plan.retention.as_secs()
             ),
@@ -392,7 +397,7 @@ pub(crate) fn section(runs: &[SoakRun], meta: &Meta) -> String {
              retention {} s, purged every {} s; a sample every {} s. Server: {}.\n\n",
             run.plan.duration.as_secs() / 60,
             group_digits(&format!("{:.0}", run.rate)),
-            run.plan.load * 100.0,
+            run.share_percent(),
             group_digits(&format!("{:.0}", run.capacity)),
             run.plan.calibration.as_secs(),
             run.plan.retention.as_secs(),
