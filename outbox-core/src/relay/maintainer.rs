@@ -91,8 +91,9 @@ impl PurgeSchedule {
     /// purge or none. With more, the cycle's next pass starts as long after
     /// `now` as the pass took, or at `now` once the cycle has run for
     /// `interval`; with none, the next cycle starts `interval` after `now`.
-    /// Returns `true` once a cycle, at the pass that finds it has run for
-    /// `interval` with more to purge: it has fallen behind.
+    /// Returns `true` at the one pass of a cycle that first ends `interval`
+    /// or more after the cycle began with more to purge (the cycle has
+    /// fallen behind), and `false` otherwise.
     fn passed(
         &mut self,
         more: bool,
@@ -170,9 +171,10 @@ pub(super) async fn run<S: Maintenance>(
             done.purge_time += now.saturating_duration_since(pass_began);
             if purges.passed(more, pass_began, now, config.purge_interval) {
                 tracing::info!(
+                    %owner,
                     purge_interval = ?config.purge_interval,
                     "relay's purge has run for a whole purge_interval and finds more to purge: \
-                     it goes on without pausing until it is done"
+                     it goes on without pausing"
                 );
             }
         }
@@ -352,6 +354,21 @@ mod tests {
         assert_eq!(purges.next, now + 30 * MS);
         assert!(!purges.passed(false, now + 30 * MS, now + 40 * MS, 1_000 * MS));
         assert!(!purges.behind, "the next cycle starts afresh");
+        let next = now + 1_040 * MS;
+        assert!(!purges.passed(true, next, next + 10 * MS, 1_000 * MS));
+        assert!(
+            purges.passed(true, next + 990 * MS, next + 1_020 * MS, 1_000 * MS),
+            "the next cycle that falls behind says so again"
+        );
+    }
+
+    #[test]
+    fn a_first_pass_longer_than_the_interval_has_fallen_behind() {
+        let started = Instant::now();
+        let mut purges = PurgeSchedule::new(started);
+        let now = started + 1_500 * MS;
+        assert!(purges.passed(true, started, now, 1_000 * MS));
+        assert_eq!(purges.next, now);
     }
 
     #[test]
