@@ -4,9 +4,9 @@
 //! last returned (the span is entered only while the claim is polled; the
 //! deliveries that follow it run in spans of their own).
 //!
-//! Every other span and event is of no interest to it. Beside it, the
-//! library's events of level `INFO` and above are printed to stderr; the
-//! relays' spans and events below that level still cost what a disabled
+//! Beside it, a second layer prints the library's events of level `INFO`
+//! and above to stderr. Each layer filters by callsite, so every other
+//! span and event (the library's spans among them) costs what a disabled
 //! callsite costs.
 
 use std::{
@@ -14,10 +14,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tracing::{Level, Metadata, Subscriber, span, subscriber::Interest};
+use tracing::{Level, Metadata, Subscriber, span};
 use tracing_subscriber::{
     Layer,
-    filter::Targets,
+    filter::{Targets, filter_fn},
+    fmt::MakeWriter,
     layer::{Context, SubscriberExt as _},
     registry::LookupSpan,
 };
@@ -30,19 +31,27 @@ const CLAIM: &str = "outbox.claim";
 pub(crate) struct ClaimTimes(Arc<Mutex<Vec<Duration>>>);
 
 impl ClaimTimes {
-    /// Makes this the process's subscriber, beside one that prints the
-    /// library's events of level `INFO` and above (a relay's warnings, a
-    /// purge that fell behind) to stderr; fails if one is set already.
+    /// Makes [`subscriber`](Self::subscriber), printing to stderr, the
+    /// process's subscriber; fails if one is set already.
     pub(crate) fn install(&self) -> anyhow::Result<()> {
-        let events = tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
-            .with_ansi(false)
-            .with_filter(library_events());
-        let subscriber = tracing_subscriber::registry()
-            .with(ClaimLayer(self.clone()))
-            .with(events);
-        tracing::subscriber::set_global_default(subscriber)
+        tracing::subscriber::set_global_default(self.subscriber(std::io::stderr))
             .map_err(|error| anyhow::anyhow!("timing the claims: {error}"))
+    }
+
+    /// A subscriber that times the claims into this, and writes the
+    /// library's events of level `INFO` and above (a relay's warnings, a
+    /// purge cycle that fell behind) to `events`.
+    fn subscriber<W>(&self, events: W) -> impl Subscriber + Send + Sync + 'static
+    where
+        W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+    {
+        let printed = tracing_subscriber::fmt::layer()
+            .with_writer(events)
+            .with_ansi(false)
+            .with_filter(filter_fn(is_library_event));
+        tracing_subscriber::registry()
+            .with(ClaimLayer(self.clone()).with_filter(filter_fn(is_claim)))
+            .with(printed)
     }
 
     /// The times recorded since the last call, and forgets them.
@@ -58,10 +67,13 @@ impl ClaimTimes {
     }
 }
 
-/// The library's crates (`diesel_outbox_core`, `diesel_outbox_sql`, ...),
-/// at level `INFO` and above.
-fn library_events() -> Targets {
-    Targets::new().with_target("diesel_outbox", Level::INFO)
+/// An event of the library's crates (`diesel_outbox_core`,
+/// `diesel_outbox_sql`, ...) of level `INFO` and above; no span.
+fn is_library_event(metadata: &Metadata<'_>) -> bool {
+    metadata.is_event()
+        && Targets::new()
+            .with_target("diesel_outbox", Level::INFO)
+            .would_enable(metadata.target(), metadata.level())
 }
 
 /// When a claim span began, and when it was last left.
@@ -76,19 +88,9 @@ fn is_claim(metadata: &Metadata<'_>) -> bool {
     metadata.is_span() && metadata.name() == CLAIM
 }
 
+/// Sees only the spans [`is_claim`] lets through: it is added with that
+/// filter, which the subscriber asks once per callsite.
 impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for ClaimLayer {
-    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
-        if is_claim(metadata) {
-            Interest::always()
-        } else {
-            Interest::never()
-        }
-    }
-
-    fn enabled(&self, metadata: &Metadata<'_>, _: Context<'_, S>) -> bool {
-        is_claim(metadata)
-    }
-
     fn on_new_span(&self, _: &span::Attributes<'_>, id: &span::Id, ctx: Context<'_, S>) {
         if let Some(span) = ctx.span(id) {
             span.extensions_mut().insert(Started {
@@ -120,20 +122,52 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for ClaimLayer {
 mod tests {
     use super::*;
 
+    /// What a subscriber printed.
+    #[derive(Clone, Default)]
+    struct Printed(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Printed {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
     #[test]
-    fn the_library_s_events_are_printed_from_info_up() {
-        let events = library_events();
-        let maintainer = "diesel_outbox_core::relay::maintainer";
-        assert!(events.would_enable(maintainer, &Level::INFO));
-        assert!(events.would_enable("diesel_outbox_sql::store", &Level::WARN));
-        assert!(!events.would_enable(maintainer, &Level::DEBUG));
-        assert!(!events.would_enable("diesel_async", &Level::WARN));
+    fn the_library_s_events_are_printed_from_info_up_beside_the_claim_timer() {
+        let (times, printed) = (ClaimTimes::default(), Printed::default());
+        let writer = printed.clone();
+        let subscriber = times.subscriber(move || writer.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(target: "diesel_outbox_core::relay::maintainer", "fell behind");
+            tracing::warn!(target: "diesel_outbox_sql::store", "could not write");
+            tracing::debug!(target: "diesel_outbox_core::relay::maintainer", "a debug event");
+            tracing::warn!(target: "diesel_async", "not the library");
+            let attempt = tracing::info_span!(target: "diesel_outbox_core", "outbox.attempt");
+            attempt.in_scope(|| tracing::info!(target: "diesel_outbox_core", "in a span"));
+            tracing::debug_span!("outbox.claim").in_scope(|| ());
+        });
+        let printed = String::from_utf8_lossy(&printed.0.lock().unwrap()).into_owned();
+        assert!(printed.contains("fell behind"), "{printed}");
+        assert!(printed.contains("could not write"), "{printed}");
+        assert!(printed.contains("in a span"), "{printed}");
+        assert!(!printed.contains("a debug event"), "{printed}");
+        assert!(!printed.contains("not the library"), "{printed}");
+        assert_eq!(printed.lines().count(), 3, "{printed}");
+        assert_eq!(times.take().len(), 1, "the claim is still timed");
     }
 
     #[test]
     fn a_claim_span_is_timed_from_its_start_to_its_last_exit() {
         let times = ClaimTimes::default();
-        let subscriber = tracing_subscriber::registry().with(ClaimLayer(times.clone()));
+        let subscriber = times.subscriber(std::io::sink);
         tracing::subscriber::with_default(subscriber, || {
             let claim = tracing::debug_span!("outbox.claim");
             let other = tracing::info_span!("outbox.attempt");

@@ -177,12 +177,14 @@ async fn start_producers<B: Storage>(
 
 /// Stops the producers (failing with the first one's error), lets the
 /// relays work on the backlog for `within` at most, then stops them
-/// (failing if one reported errors); returns the backlog left then.
+/// (failing if one reported errors) and prints what each did in `phase`;
+/// returns the backlog left then.
 async fn finish<B: Storage>(
     db: &B,
     producers: Producers,
     relays: Relays,
     within: Duration,
+    phase: &str,
 ) -> anyhow::Result<u64> {
     producers.0.cancel();
     for producer in producers.1 {
@@ -201,7 +203,7 @@ async fn finish<B: Storage>(
         let report = relay.await?;
         anyhow::ensure!(report.errors == 0, "a relay reported errors: {report:?}");
         eprintln!(
-            "soak: {}: a relay handled {} tasks and purged {} in {:.1} s of purge passes",
+            "soak: {}: {phase}: a relay handled {} tasks and purged {} in {:.1} s of purge passes",
             B::NAME,
             report.succeeded,
             report.purged,
@@ -259,7 +261,14 @@ pub(crate) async fn run<B: Storage>(
     // The producers wait for the relays past a small backlog, so what was
     // handled is what the two kept up with together.
     let capacity = (taken.handled as f64 / seconds).max(1.0);
-    finish(&measured_on, producers, relays, plan.finish_within).await?;
+    finish(
+        &measured_on,
+        producers,
+        relays,
+        plan.finish_within,
+        "measuring",
+    )
+    .await?;
     drop(measured_on);
     let rate = plan.rate.unwrap_or(capacity * plan.load);
     eprintln!(
@@ -298,7 +307,7 @@ pub(crate) async fn run<B: Storage>(
         eprintln!("soak: {}: {}", B::NAME, sample.line());
         samples.push(sample);
     }
-    let left = finish(db, producers, relays, plan.finish_within).await?;
+    let left = finish(db, producers, relays, plan.finish_within, "soak").await?;
     Ok(SoakRun {
         left,
         cleanup: cleanup.summary,
