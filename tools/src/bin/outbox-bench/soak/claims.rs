@@ -17,7 +17,7 @@ use std::{
 use tracing::{Level, Metadata, Subscriber, span};
 use tracing_subscriber::{
     Layer,
-    filter::{Targets, filter_fn},
+    filter::filter_fn,
     fmt::MakeWriter,
     layer::{Context, SubscriberExt as _},
     registry::LookupSpan,
@@ -69,11 +69,11 @@ impl ClaimTimes {
 
 /// An event of the library's crates (`diesel_outbox_core`,
 /// `diesel_outbox_sql`, ...) of level `INFO` and above; no span.
+/// (Levels order by verbosity: `ERROR` and `WARN` are below `INFO`.)
 fn is_library_event(metadata: &Metadata<'_>) -> bool {
     metadata.is_event()
-        && Targets::new()
-            .with_target("diesel_outbox", Level::INFO)
-            .would_enable(metadata.target(), metadata.level())
+        && metadata.target().starts_with("diesel_outbox")
+        && *metadata.level() <= Level::INFO
 }
 
 /// When a claim span began, and when it was last left.
