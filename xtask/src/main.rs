@@ -12,13 +12,15 @@
 //!   in `tools/`, built with only the backend and the broker it runs).
 //! - `bench [--backend postgres|mysql|sqlite|all] [--scenario NAME,...] [--quick] [--no-nats] [--json PATH] [--write-docs [DIR]] [--soak [--soak-minutes N]]`:
 //!   the library against hand-written SQL in the same run, as ratios
-//!   (`outbox-bench` in `tools/`, an optimised build unless `--quick`);
+//!   (`outbox-bench` in `tools/`, optimised and built with only what it
+//!   measures; with `--quick`, the debug build chaos shares);
 //!   `--write-docs` rewrites the results of `docs/benchmarks.md` and its plots;
 //!   `--soak` runs steady traffic for minutes instead, sampled as it ages the tables.
 //! - `chaos [--backend postgres|mysql] [--scenario NAME] [--quick] [--json]`:
 //!   faults injected into private servers, each scenario's invariants
 //!   checked and its figures reported; with `--cluster`, the replicated
-//!   topologies (`outbox-chaos` in `tools/`).
+//!   topologies (`outbox-chaos` in `tools/`, one debug build of every tool,
+//!   backend and broker, which `bench --quick` shares).
 //!
 //! Migrations are the `outbox` command's: `cargo run -p diesel-outbox-cli --
 //! migrate` (with `--inbox`, `--print`, `--revert`).

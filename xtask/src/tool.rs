@@ -1,5 +1,12 @@
-//! Running the project's tools (the programs of `tools/`) through cargo,
-//! each built with only the features the command line asks for.
+//! Running the project's tools (the programs of `tools/`) through cargo.
+//!
+//! The demo and the optimised bench are built with only the features the
+//! command line asks for, so a first demo on SQLite builds no server's
+//! client and a bench of one backend compiles only that backend. The debug
+//! builds that need every server anyway (chaos, and the bench's `--quick`
+//! smoke check) share one build with the package's default features, every
+//! tool and every backend: built once, each runs from it, where a build per
+//! feature set would compile the dependencies again for each.
 
 use std::process::Command;
 
@@ -37,20 +44,22 @@ pub(crate) fn cargo_with_env(
     Ok(())
 }
 
+/// How a tool is built.
+enum Build<'a> {
+    /// Optimised with `release`, with the tool's own feature and these
+    /// beside it only.
+    Only {
+        features: &'a [&'a str],
+        release: bool,
+    },
+    /// A debug build with the package's default features (every tool,
+    /// backend and broker), the one every such run shares.
+    Shared,
+}
+
 /// Runs the tool `program` (a binary of `outbox-tools`, whose feature is
-/// `tool`), built with `features` beside it only (and optimised with
-/// `release`), with `args`.
-fn run(
-    program: &str,
-    tool: &str,
-    features: &[&str],
-    release: bool,
-    args: &[String],
-) -> anyhow::Result<()> {
-    let features = std::iter::once(tool)
-        .chain(features.iter().copied())
-        .collect::<Vec<_>>()
-        .join(",");
+/// `tool`), built as `build` says, with `args`.
+fn run(program: &str, tool: &str, build: Build<'_>, args: &[String]) -> anyhow::Result<()> {
     let mut first = vec![
         "run",
         "--quiet",
@@ -58,12 +67,21 @@ fn run(
         "outbox-tools",
         "--bin",
         program,
-        "--no-default-features",
-        "--features",
-        &features,
     ];
-    if release {
-        first.push("--release");
+    let features;
+    if let Build::Only {
+        features: only,
+        release,
+    } = build
+    {
+        features = std::iter::once(tool)
+            .chain(only.iter().copied())
+            .collect::<Vec<_>>()
+            .join(",");
+        first.extend(["--no-default-features", "--features", &features]);
+        if release {
+            first.push("--release");
+        }
     }
     first.push("--");
     cargo(&first, args)
@@ -96,14 +114,19 @@ pub(crate) fn demo(args: &[String]) -> anyhow::Result<()> {
     if has(args, "--rabbitmq") {
         features.push("rabbitmq");
     }
-    run("outbox-demo", "demo", &features, false, args)
+    let build = Build::Only {
+        features: &features,
+        release: false,
+    };
+    run("outbox-demo", "demo", build, args)
 }
 
-/// `cargo xtask bench`: optimised unless `--quick` (a smoke check), with the
-/// backends `--backend` names (all by default) and each broker unless
-/// `--no-nats`, `--no-rabbitmq`, `--no-redis` or `--no-kafka` leaves it out
-/// (Kafka's broker, tansu, is installed first when missing). The bench is told it ran as `cargo xtask bench`, the
-/// command `--write-docs` records.
+/// `cargo xtask bench`: optimised, with the backends `--backend` names (all
+/// by default) and each broker unless `--no-nats`, `--no-rabbitmq`,
+/// `--no-redis` or `--no-kafka` leaves it out (Kafka's broker, tansu, is
+/// installed first when missing); with `--quick` (a smoke check), the
+/// shared debug build. The bench is told it ran as `cargo xtask bench`,
+/// the command `--write-docs` records.
 pub(crate) fn bench(args: &[String]) -> anyhow::Result<()> {
     let mut features = match value(args, "backend").unwrap_or("all") {
         "all" => vec!["postgres", "mysql", "sqlite"],
@@ -124,17 +147,19 @@ pub(crate) fn bench(args: &[String]) -> anyhow::Result<()> {
     }
     let mut passed = args.to_vec();
     passed.push("--invoked-as=cargo xtask bench".to_owned());
-    run(
-        "outbox-bench",
-        "bench",
-        &features,
-        !has(args, "--quick"),
-        &passed,
-    )
+    let build = match has(args, "--quick") {
+        true => Build::Shared,
+        false => Build::Only {
+            features: &features,
+            release: true,
+        },
+    };
+    run("outbox-bench", "bench", build, &passed)
 }
 
-/// `cargo xtask chaos`: every backend and broker the scenarios use, after
-/// installing the packages (and Kafka's broker, tansu) the scenarios need.
+/// `cargo xtask chaos`: the shared debug build (the scenarios use every
+/// backend and broker), after installing the packages (and Kafka's broker,
+/// tansu) the scenarios need.
 pub(crate) fn chaos(args: &[String]) -> anyhow::Result<()> {
     crate::packages::ensure(&crate::packages::FAKETIME)?;
     if has(args, "--cluster") {
@@ -142,13 +167,7 @@ pub(crate) fn chaos(args: &[String]) -> anyhow::Result<()> {
     } else {
         crate::kafka::ensure_installed()?;
     }
-    run(
-        "outbox-chaos",
-        "chaos",
-        &["postgres", "mysql", "nats", "rabbitmq", "redis", "kafka"],
-        false,
-        args,
-    )
+    run("outbox-chaos", "chaos", Build::Shared, args)
 }
 
 #[cfg(test)]
