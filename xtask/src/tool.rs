@@ -46,8 +46,8 @@ pub(crate) fn cargo_with_env(
 
 /// How a tool is built.
 enum Build<'a> {
-    /// Optimised with `release`, with the tool's own feature and these
-    /// beside it only.
+    /// Without the default features: the tool's own feature and
+    /// `features` only, optimised when `release`.
     Only {
         features: &'a [&'a str],
         release: bool,

@@ -141,7 +141,7 @@ impl Storage for diesel_outbox_testkit::mysql::MysqlTestDb {
                            'innodb_buffer_pool_size ', @@innodb_buffer_pool_size DIV 1048576, ' MB, ', \
                            'innodb_log_file_size ', @@innodb_log_file_size DIV 1048576, ' MB, ', \
                            'innodb_io_capacity ', @@innodb_io_capacity, ', ', \
-                           'innodb_max_dirty_pages_pct_lwm ', @@innodb_max_dirty_pages_pct_lwm, ', ', \
+                           'innodb_max_dirty_pages_pct_lwm ', ROUND(@@innodb_max_dirty_pages_pct_lwm, 3), ', ', \
                            'innodb_flush_log_at_trx_commit ', @@innodb_flush_log_at_trx_commit) \
                       AS summary, \
                     FALSE AS off",
