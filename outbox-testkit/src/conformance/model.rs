@@ -138,8 +138,7 @@ fn instant<B: TestBackend>(at: Option<DateTime<Utc>>) -> String {
 }
 
 /// Enqueues `task` in a committed transaction on `conn`: the set-up of
-/// every case enqueues on one connection, opened once per check, rather than
-/// on a new one per task, which took most of a check's time.
+/// every case enqueues on one connection, opened once per check.
 async fn enqueue_on<B: TestBackend>(
     db: &B,
     conn: &mut B::Conn,
