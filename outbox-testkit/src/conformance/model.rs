@@ -27,7 +27,7 @@ use diesel_outbox_core::{
     transition::{self, Availability, Completion, Fence, Outcome, TaskState},
 };
 
-use super::support::{KIND, get};
+use super::support::{KIND, enqueue_one_on, get};
 use crate::TestBackend;
 
 /// The ordering key of the keyed cases.
@@ -137,20 +137,8 @@ fn instant<B: TestBackend>(at: Option<DateTime<Utc>>) -> String {
     at.map_or_else(|| "NULL".to_owned(), B::instant_sql)
 }
 
-/// Enqueues `task` in a committed transaction on `conn`: the set-up of
-/// every case enqueues on one connection, opened once per check.
-async fn enqueue_on<B: TestBackend>(
-    db: &B,
-    conn: &mut B::Conn,
-    task: Task,
-) -> anyhow::Result<TaskId> {
-    let store = db.store();
-    conn.transaction::<_, anyhow::Error, _>(async |tx| Ok(store.enqueue(tx, task).await?))
-        .await
-}
-
 /// Puts the rows of `case` in the (emptied) table, as of `now`, enqueueing
-/// on `conn`.
+/// on `conn` (one connection for every case of a check).
 async fn set_up<B: TestBackend>(
     db: &B,
     conn: &mut B::Conn,
@@ -169,7 +157,7 @@ async fn set_up<B: TestBackend>(
     };
     // A blocked target waits behind an older task that failed holding the key.
     if case.status == Status::Blocked {
-        let head = enqueue_on(db, conn, task()).await?;
+        let head = enqueue_one_on(db, conn, task()).await?;
         db.execute_sql(&format!(
             "UPDATE outbox_tasks SET status = 'failed', attempts = 1, finished_at = {} \
              WHERE id = {head}",
@@ -177,10 +165,10 @@ async fn set_up<B: TestBackend>(
         ))
         .await?;
     }
-    let target = enqueue_on(db, conn, task()).await?;
+    let target = enqueue_one_on(db, conn, task()).await?;
     let holds_key = !matches!(case.status, Status::Succeeded | Status::Discarded);
     let next = if case.keyed && holds_key && case.status != Status::Blocked {
-        Some(enqueue_on(db, conn, task().not_before(now + TimeDelta::days(1))).await?)
+        Some(enqueue_one_on(db, conn, task().not_before(now + TimeDelta::days(1))).await?)
     } else {
         None
     };

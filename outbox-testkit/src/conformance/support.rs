@@ -18,13 +18,22 @@ pub fn task(n: usize) -> Task {
     Task::new(KIND, 1, format!("{{\"order\":{n}}}"))
 }
 
-/// Enqueues `tasks` in one committed transaction of their own.
+/// Enqueues `tasks` in one committed transaction of their own, on a new
+/// connection.
 pub async fn enqueue_committed<B: TestBackend>(
     db: &B,
     tasks: Vec<Task>,
 ) -> anyhow::Result<Vec<TaskId>> {
+    enqueue_committed_on(db, &mut db.connect().await?, tasks).await
+}
+
+/// Enqueues `tasks` in one committed transaction of their own, on `conn`.
+pub async fn enqueue_committed_on<B: TestBackend>(
+    db: &B,
+    conn: &mut B::Conn,
+    tasks: Vec<Task>,
+) -> anyhow::Result<Vec<TaskId>> {
     let store = db.store();
-    let mut conn = db.connect().await?;
     conn.transaction::<_, anyhow::Error, _>(async |tx| {
         let mut ids = Vec::with_capacity(tasks.len());
         for task in tasks {
@@ -35,9 +44,19 @@ pub async fn enqueue_committed<B: TestBackend>(
     .await
 }
 
-/// Enqueues one task in a committed transaction of its own.
+/// Enqueues one task in a committed transaction of its own, on a new
+/// connection.
 pub async fn enqueue_one<B: TestBackend>(db: &B, task: Task) -> anyhow::Result<TaskId> {
-    enqueue_committed(db, vec![task])
+    enqueue_one_on(db, &mut db.connect().await?, task).await
+}
+
+/// Enqueues one task in a committed transaction of its own, on `conn`.
+pub async fn enqueue_one_on<B: TestBackend>(
+    db: &B,
+    conn: &mut B::Conn,
+    task: Task,
+) -> anyhow::Result<TaskId> {
+    enqueue_committed_on(db, conn, vec![task])
         .await?
         .pop()
         .context("enqueue returned no id")
