@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use diesel::{QueryableByName, sql_types::Bool};
+use diesel::QueryableByName;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use diesel_outbox_postgres::{
     Names, PgStore,
@@ -12,6 +12,7 @@ use diesel_outbox_testkit::{
     TestBackend,
     handler::{self, HandlerHandle},
     postgres::PgTestDb,
+    relay_claims::ClaimWatch,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -23,11 +24,13 @@ async fn notify_wakes_the_relay_long_before_its_poll() {
     let relay = relay_with_notify(&db).await;
 
     // One task at a time, each committed once the relay has gone to sleep
-    // for its 10 s poll: only NOTIFY can bring them in quickly.
+    // for its 10 s poll: after its first claim, then after the claim that
+    // follows each delivery's result. Only NOTIFY can bring them in quickly.
     let mut conn = db.connect().await.expect("connect");
     let mut latencies = Vec::new();
+    let mut since = relay.started;
     for n in 0..20 {
-        asleep_since_last_check(&mut conn).await;
+        relay.claims.returned_since(since, 1).await;
         let committed = conn
             .transaction::<_, anyhow::Error, _>(async |tx| {
                 Ok(relay
@@ -44,7 +47,8 @@ async fn notify_wakes_the_relay_long_before_its_poll() {
         )
         .await
         .unwrap_or_else(|_| panic!("task {n} waited for the 10 s poll"));
-        latencies.push(at.elapsed());
+        since = Instant::now();
+        latencies.push(since - at);
         assert_eq!(relay.handle.succeeded_ids()[n], committed);
     }
     relay.stop().await;
@@ -72,9 +76,9 @@ async fn every_way_of_enqueueing_wakes_the_relay() {
             .map(|n| Task::new("order.created", 1, format!("batch-{n}")))
             .collect(),
     ];
-    let mut delivered = 0;
+    let (mut delivered, mut since) = (0, relay.started);
     for tasks in batches {
-        asleep_since_last_check(&mut conn).await;
+        relay.claims.returned_since(since, 1).await;
         let count = tasks.len();
         conn.transaction::<_, anyhow::Error, _>(async |tx| {
             Ok(relay.store.enqueue_many(tx, tasks).await?)
@@ -88,6 +92,7 @@ async fn every_way_of_enqueueing_wakes_the_relay() {
         )
         .await
         .unwrap_or_else(|_| panic!("task {delivered} waited for the 10 s poll"));
+        since = Instant::now();
     }
     relay.stop().await;
 }
@@ -118,7 +123,7 @@ async fn wakes_its_own_relay(test: &str, names: Names) {
     let billing = db.another_outbox(&names).await.expect("billing outbox");
     let relay = relay_with_notify_on(billing).await;
     let mut conn = db.connect().await.expect("connect");
-    asleep_since_last_check(&mut conn).await;
+    relay.claims.returned_since(relay.started, 1).await;
     let committed = conn
         .transaction::<_, anyhow::Error, _>(async |tx| {
             Ok(relay
@@ -133,36 +138,6 @@ async fn wakes_its_own_relay(test: &str, names: Names) {
         .unwrap_or_else(|_| panic!("the task of {names:?} waited for the 10 s poll"));
     assert_eq!(relay.handle.succeeded_ids(), [committed]);
     relay.stop().await;
-}
-
-#[derive(QueryableByName)]
-struct Asleep {
-    #[diesel(sql_type = Bool)]
-    asleep: bool,
-}
-
-/// Waits until the relay has claimed (and found nothing: its last query
-/// before it sleeps) after this was last called: PostgreSQL shows each
-/// session's latest statement, and no signal crosses into the relay's loop.
-async fn asleep_since_last_check(conn: &mut AsyncPgConnection) {
-    let since: chrono::DateTime<chrono::Utc> = chrono::Utc::now();
-    loop {
-        let asleep = diesel::sql_query(
-            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-                 WHERE datname = current_database() AND state = 'idle'
-                   AND query LIKE '%status = ''available'' AND _.id >%'
-                   AND query_start > $1) AS asleep",
-        )
-        .bind::<diesel::sql_types::Timestamptz, _>(since)
-        .get_result::<Asleep>(conn)
-        .await
-        .expect("pg_stat_activity")
-        .asleep;
-        if asleep {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 #[derive(QueryableByName)]
@@ -209,6 +184,7 @@ async fn a_listen_session_the_server_ended_is_replaced_at_once() {
     let first = listener(&mut conn, 0, Duration::from_secs(5))
         .await
         .expect("the relay never listened");
+    let terminated = Instant::now();
     diesel::sql_query("SELECT pg_terminate_backend($1)")
         .bind::<diesel::sql_types::Integer, _>(first)
         .execute(&mut conn)
@@ -220,7 +196,9 @@ async fn a_listen_session_the_server_ended_is_replaced_at_once() {
         "the relay did not listen again within 5 s of losing its session"
     );
 
-    asleep_since_last_check(&mut conn).await;
+    // Two claims follow: one when its wake-up stream ends, one once it
+    // listens again (for what was committed while nothing listened).
+    relay.claims.returned_since(terminated, 2).await;
     let committed = conn
         .transaction::<_, anyhow::Error, _>(async |tx| {
             Ok(relay
@@ -276,6 +254,10 @@ async fn a_listen_session_ended_again_and_again_is_not_replaced_in_a_loop() {
 struct NotifiedRelay {
     store: PgStore,
     handle: HandlerHandle,
+    /// When the relay was started.
+    started: Instant,
+    /// The relay's claims.
+    claims: ClaimWatch,
     shutdown: CancellationToken,
     running: tokio::task::JoinHandle<RelayReport>,
 }
@@ -304,13 +286,16 @@ async fn relay_with_notify_on(store: PgStore) -> NotifiedRelay {
     let config = RelayConfig::default().poll_interval(Duration::from_secs(10));
     let relay = Relay::new(worker, config).expect("relay");
     let shutdown = CancellationToken::new();
-    let running = tokio::spawn({
+    let (claims, started) = (ClaimWatch::new(), Instant::now());
+    let running = tokio::spawn(claims.watching({
         let shutdown = shutdown.clone();
         async move { relay.run(shutdown).await }
-    });
+    }));
     NotifiedRelay {
         store,
         handle,
+        started,
+        claims,
         shutdown,
         running,
     }

@@ -11,6 +11,8 @@
 //! - [`metrics`]: the outbox's metrics, captured for assertions.
 //! - `traces` (with the `opentelemetry` feature): the outbox's spans,
 //!   captured as OpenTelemetry spans, with the W3C propagator installed.
+//! - [`relay_claims`]: when a relay's claims start and come back, to commit
+//!   while it sleeps until its poll without sleeping in the test.
 //! - [`backlog`]: table shapes a claim must walk past (waiting, blocked and
 //!   finished rows), filled in bulk.
 //! - [`conformance`]: one suite of scenarios, written once and generic over
@@ -58,6 +60,7 @@ pub mod private_server;
 pub mod rabbitmq;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod relay_claims;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 mod test_names;
