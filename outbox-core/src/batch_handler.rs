@@ -13,7 +13,7 @@ use crate::{Delivery, Handler, HandlerError};
 ///
 /// The relay hands a batch handler every task of its kind that one claim
 /// took (at most the relay's `batch_size`), in one call, instead of one
-/// handler task per delivery; [`Worker::send`](crate::Worker::send) hands it
+/// handler call per delivery; [`Worker::send`](crate::Worker::send) hands it
 /// a batch of one. It answers one result per delivery, in the order given:
 /// `Ok` marks that task succeeded, an error retries or fails that task
 /// alone, so a partial failure fails only its own tasks. A delivery without
@@ -96,7 +96,7 @@ where
 /// [`Registry::get`](crate::Registry::get) returns.
 #[derive(Clone)]
 pub enum Handling {
-    /// One delivery per call, each in a handler task of its own.
+    /// One delivery per call.
     One(Arc<dyn Handler>),
     /// The deliveries of one claim together, in one call.
     Batch(Arc<dyn BatchHandler>),

@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
+use futures_util::{FutureExt, StreamExt, stream::FuturesUnordered};
 use tokio::{
+    sync::mpsc,
     task::{Id, JoinError, JoinSet},
     time::Instant,
 };
@@ -20,22 +22,35 @@ use crate::{
     unit::{Finished, Unit},
 };
 
-/// Handlers running as tokio tasks, with the claims each one holds: one
-/// task per delivery, or one per batch handler's batch, and at most the
-/// worker's `concurrency` deliveries in all. The relay claims only as many
-/// tasks as there are free slots, so a claimed task starts at once, with
-/// one exception: while only batches hold the slots, one claim may be taken
-/// ahead and wait for them ([`can_claim_ahead`](Self::can_claim_ahead)).
-/// How long handlers run decides when the relay claims again ([`Pacing`]).
+/// Handlers running, with the claims each one holds: units of one
+/// delivery, or of a batch handler's batch, and at most the worker's
+/// `concurrency` deliveries in all. The units a claim started run at once,
+/// in one tokio task per claim, and each unit's results come back as soon
+/// as its handler is done: a task of its own per delivery cost more of the
+/// relay's CPU than the rest of its work on a delivery together. The relay
+/// claims only as many tasks as there are free slots, so a claimed task
+/// starts at once, with one exception: while only batches hold the slots,
+/// one claim may be taken ahead and wait for them
+/// ([`can_claim_ahead`](Self::can_claim_ahead)). How long handlers run
+/// decides when the relay claims again ([`Pacing`]).
 pub(super) struct Inflight<S> {
     worker: Worker<S>,
-    tasks: JoinSet<Finished>,
-    /// The claims of each running handler task (one, or a batch's, in the
-    /// batch's order), when they were taken, and when the handler started.
-    fences: HashMap<Id, Running>,
-    /// Deliveries running, over every handler task.
+    /// One task per started claim, running its units.
+    tasks: JoinSet<()>,
+    /// Each unit's results, sent by its claim's task when its handler is
+    /// done.
+    sender: mpsc::UnboundedSender<Vec<(UnitKey, Finished)>>,
+    finished: mpsc::UnboundedReceiver<Vec<(UnitKey, Finished)>>,
+    /// The claims of each running unit (one, or a batch's, in the batch's
+    /// order), when they were taken, and when the handler started.
+    fences: HashMap<UnitKey, Running>,
+    /// The key of the next unit started.
+    next_key: UnitKey,
+    /// The runtime's worker threads: how many tasks a claim's units share.
+    threads: usize,
+    /// Deliveries running, over every unit.
     delivering: usize,
-    /// Handler tasks running a batch handler's batch.
+    /// Units running a batch handler's batch.
     batches: usize,
     /// A claim taken ahead while batches ran, waiting for their slots.
     queued: Option<Queued>,
@@ -49,21 +64,40 @@ struct Queued {
     claim: Span,
 }
 
-/// One running handler task's claims.
+/// Which unit a result belongs to.
+type UnitKey = u64;
+
+/// One running unit's claims, and the task it runs in.
 struct Running {
     fences: Vec<Fence>,
     batch: bool,
+    task: Id,
     claimed_at: Instant,
     started_at: Instant,
+}
+
+/// What ended while handlers ran: a unit, with its results, or the task of
+/// a claim's units (all of which sent their results first, unless it was
+/// cut).
+pub(super) enum Joined {
+    Units(Vec<(UnitKey, Finished)>),
+    Task(Result<Id, JoinError>),
 }
 
 impl<S: Store> Inflight<S> {
     /// Handlers of `worker`, at most `slots` of them started by one claim.
     pub(super) fn new(worker: Worker<S>, slots: usize) -> Self {
+        let (sender, finished) = mpsc::unbounded_channel();
         Self {
             worker,
             tasks: JoinSet::new(),
+            sender,
+            finished,
             fences: HashMap::new(),
+            next_key: 0,
+            threads: tokio::runtime::Handle::try_current()
+                .map_or(1, |runtime| runtime.metrics().num_workers())
+                .max(1),
             delivering: 0,
             batches: 0,
             queued: None,
@@ -113,13 +147,13 @@ impl<S: Store> Inflight<S> {
 
     /// Whether no handler runs.
     pub(super) fn is_empty(&self) -> bool {
-        self.tasks.is_empty()
+        self.fences.is_empty()
     }
 
     /// Starts the handlers of tasks claimed at `claimed_at` (in the span
     /// `claim`), in slots the claim was sized to: a batch handler's tasks of
-    /// one kind in one handler task, every other task in one of its own. A
-    /// claim taken ahead ([`can_claim_ahead`](Self::can_claim_ahead)) waits
+    /// one kind in one unit, every other task in one of its own, all of them
+    /// at once in one tokio task. A claim taken ahead ([`can_claim_ahead`](Self::can_claim_ahead)) waits
     /// for slots, and starts as they free. A claim whose lease has less left than the
     /// handler timeout (the claim itself took that long, or it waited) is
     /// given back unstarted.
@@ -145,72 +179,127 @@ impl<S: Store> Inflight<S> {
             }
             return;
         }
-        for unit in self.worker.units(records) {
-            let fences: Vec<Fence> = unit
-                .records()
+        let mut units = self.worker.units(records);
+        // As many tasks as the runtime has threads to run them, each with
+        // a share of the units in claim order.
+        let per_task = units.len().div_ceil(self.threads).max(1);
+        let started_at = Instant::now();
+        while !units.is_empty() {
+            let rest = units.split_off(per_task.min(units.len()));
+            let share = std::mem::replace(&mut units, rest);
+            let first = self.next_key;
+            self.next_key += share.len() as UnitKey;
+            let claims: Vec<(Vec<Fence>, bool)> = share
                 .iter()
-                .map(|record| self.worker.fence(record))
+                .map(|unit| {
+                    let fences = unit
+                        .records()
+                        .iter()
+                        .map(|record| self.worker.fence(record))
+                        .collect();
+                    (fences, matches!(unit, Unit::Batch(..)))
+                })
                 .collect();
-            let batch = matches!(unit, Unit::Batch(..));
-            let running = self.start_unit(unit, claim.clone());
-            self.delivering += fences.len();
-            self.batches += usize::from(batch);
-            self.fences.insert(
-                running,
-                Running {
-                    fences,
-                    batch,
-                    claimed_at,
-                    started_at: Instant::now(),
-                },
-            );
+            // Results come back through the channel, which is read only
+            // after this returns: every unit is registered by then.
+            let task = self
+                .tasks
+                .spawn(run_units(
+                    self.worker.clone(),
+                    share,
+                    first,
+                    claim.clone(),
+                    self.sender.clone(),
+                ))
+                .id();
+            for (key, (fences, batch)) in (first..).zip(claims) {
+                self.delivering += fences.len();
+                self.batches += usize::from(batch);
+                self.fences.insert(
+                    key,
+                    Running {
+                        fences,
+                        batch,
+                        task,
+                        claimed_at,
+                        started_at,
+                    },
+                );
+            }
         }
     }
 
-    /// Spawns the handler task of `unit`.
-    fn start_unit(&mut self, unit: Unit, claim: Span) -> Id {
-        let worker = self.worker.clone();
-        self.tasks
-            .spawn(async move { worker.attempt_unit(unit, claim).await })
-            .id()
-    }
-
-    /// Hands the results of handlers that finished to `writer`, without waiting.
+    /// Hands the results of handlers that finished to `writer`, without
+    /// waiting, and forgets the tasks that ended.
     pub(super) fn reap(&mut self, writer: &mut ResultWriter) {
-        while let Some(joined) = self.tasks.try_join_next_with_id() {
-            self.finish(joined, writer);
+        while let Ok(units) = self.finished.try_recv() {
+            self.finish(Joined::Units(units), writer);
+        }
+        while let Some(ended) = self.tasks.try_join_next_with_id() {
+            self.finish(Joined::Task(ended.map(|(id, ())| id)), writer);
         }
     }
 
-    /// Waits for the next handler to finish (pending forever when none runs).
-    pub(super) async fn next(&mut self) -> Result<(Id, Finished), JoinError> {
-        match self.tasks.join_next_with_id().await {
-            Some(joined) => joined,
-            None => std::future::pending().await,
+    /// Waits for the next unit to finish, or task to end (pending forever
+    /// when none runs).
+    pub(super) async fn next(&mut self) -> Joined {
+        tokio::select! {
+            biased;
+            Some(units) = self.finished.recv() => Joined::Units(units),
+            Some(ended) = self.tasks.join_next_with_id() => {
+                Joined::Task(ended.map(|(id, ())| id))
+            }
+            else => std::future::pending().await,
         }
     }
 
     /// Cuts every running handler and gives its claim back.
     pub(super) async fn abort(&mut self, writer: &mut ResultWriter) {
         self.tasks.abort_all();
-        while let Some(joined) = self.tasks.join_next_with_id().await {
-            self.finish(joined, writer);
+        while let Some(ended) = self.tasks.join_next_with_id().await {
+            self.finish(Joined::Task(ended.map(|(id, ())| id)), writer);
         }
     }
 
-    /// Hands `writer` the completions of a finished handler task or, for one
-    /// cut at shutdown (handler panics are caught inside the attempt), its
-    /// claims given back as interrupted runs.
-    pub(super) fn finish(
-        &mut self,
-        joined: Result<(Id, Finished), JoinError>,
-        writer: &mut ResultWriter,
-    ) {
-        let (id, finished) = match joined {
-            Ok((id, finished)) => (id, Some(finished)),
-            Err(error) => (error.id(), None),
-        };
-        let Some(running) = self.fences.remove(&id) else {
+    /// Hands `writer` the completions of a unit that finished. For a task
+    /// that ended: first the results it sent, then, for each of its units
+    /// that sent none (it was cut at shutdown; handler panics are caught
+    /// inside the attempt), its claims given back as interrupted runs.
+    pub(super) fn finish(&mut self, joined: Joined, writer: &mut ResultWriter) {
+        match joined {
+            Joined::Units(units) => {
+                for (key, finished) in units {
+                    self.finish_unit(key, Some(finished), writer);
+                }
+            }
+            Joined::Task(ended) => {
+                let task = match ended {
+                    Ok(id) => id,
+                    Err(error) => error.id(),
+                };
+                while let Ok(units) = self.finished.try_recv() {
+                    for (key, finished) in units {
+                        self.finish_unit(key, Some(finished), writer);
+                    }
+                }
+                let cut: Vec<UnitKey> = self
+                    .fences
+                    .iter()
+                    .filter(|(_, running)| running.task == task)
+                    .map(|(key, _)| *key)
+                    .collect();
+                for key in cut {
+                    self.finish_unit(key, None, writer);
+                }
+            }
+        }
+        self.start_queued(writer);
+    }
+
+    /// Hands `writer` the completions of the unit `key`, or its claims
+    /// given back as interrupted runs when it has none.
+    fn finish_unit(&mut self, key: UnitKey, finished: Option<Finished>, writer: &mut ResultWriter) {
+        let Some(running) = self.fences.remove(&key) else {
             return;
         };
         self.delivering = self.delivering.saturating_sub(running.fences.len());
@@ -238,7 +327,6 @@ impl<S: Store> Inflight<S> {
                 }
             }
         }
-        self.start_queued(writer);
     }
 
     /// Starts as much of the claim taken ahead as the free slots take, in
@@ -274,5 +362,35 @@ impl<S: Store> Inflight<S> {
     /// When a claim taken at `claimed_at` lapses.
     fn lease_end(&self, claimed_at: Instant) -> Instant {
         super::later(claimed_at, self.worker.config().lease_duration)
+    }
+}
+
+/// The task of one claim's `units`, numbered from `first`: runs them all at
+/// once and sends each one's results as its handler is done.
+async fn run_units<S: Store>(
+    worker: Worker<S>,
+    units: Vec<Unit>,
+    first: UnitKey,
+    claim: Span,
+    sender: mpsc::UnboundedSender<Vec<(UnitKey, Finished)>>,
+) {
+    let mut running: FuturesUnordered<_> = (first..)
+        .zip(units)
+        .map(|(key, unit)| {
+            worker
+                .attempt_unit(unit, claim.clone())
+                .map(move |finished| (key, finished))
+        })
+        .collect();
+    drop(claim);
+    while let Some(done) = running.next().await {
+        // With the others done by now, in one message: the relay wakes once
+        // for them.
+        let mut done = vec![done];
+        while let Some(Some(more)) = running.next().now_or_never() {
+            done.push(more);
+        }
+        // The relay keeps its receiver for as long as it runs this task.
+        let _ = sender.send(done);
     }
 }

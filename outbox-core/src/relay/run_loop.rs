@@ -14,7 +14,7 @@ use tracing::{Instrument, Span};
 use super::{
     RelayConfig, RelayReport,
     cursor::Cursor,
-    inflight::Inflight,
+    inflight::{Inflight, Joined},
     later,
     maintainer::{self, Maintained},
     pacing::Decision,
@@ -156,8 +156,9 @@ impl<'a, S: Maintenance> RelayLoop<'a, S> {
     /// ([`shut_down`](Self::shut_down)) and returns the report.
     ///
     /// Every turn drops the futures of the `select!` that did not finish, so
-    /// each of them must be cancel-safe, and is: joining a handler
-    /// ([`tokio::task::JoinSet::join_next_with_id`]), awaiting a task through
+    /// each of them must be cancel-safe, and is: the next result of a
+    /// handler or end of a claim's task ([`tokio::sync::mpsc::UnboundedReceiver::recv`]
+    /// and [`tokio::task::JoinSet::join_next_with_id`]), awaiting a task through
     /// `&mut` its handle (the subscription, the claim, the write), the next
     /// item of the wake-up stream, a [`Notify`] notification (a dropped
     /// `notified()` that was notified passes the notification on) and sleeps
@@ -554,9 +555,6 @@ struct Claiming {
     /// The span of the cycle it begins.
     cycle: Span,
 }
-
-/// What a handler task came to: its task's id and the handler's results.
-type Joined = Result<(tokio::task::Id, crate::unit::Finished), JoinError>;
 
 /// What a subscription task came to: the wake-ups, if the store offers any.
 type Subscribed = Result<Result<Option<Wakeups>>, JoinError>;
