@@ -25,9 +25,10 @@ use crate::{
 /// Handlers running, with the claims each one holds: units of one
 /// delivery, or of a batch handler's batch, and at most the worker's
 /// `concurrency` deliveries in all. The units a claim started run at once,
-/// in one tokio task per claim, and each unit's results come back as soon
-/// as its handler is done: a task of its own per delivery cost more of the
-/// relay's CPU than the rest of its work on a delivery together. The relay
+/// shared in claim order among at most as many tokio tasks as the runtime
+/// has worker threads, and each unit's results come back as soon as its
+/// handler is done: a task of its own per delivery cost more of the relay's
+/// CPU than the rest of its work on a delivery together. The relay
 /// claims only as many tasks as there are free slots, so a claimed task
 /// starts at once, with one exception: while only batches hold the slots,
 /// one claim may be taken ahead and wait for them
@@ -35,10 +36,10 @@ use crate::{
 /// decides when the relay claims again ([`Pacing`]).
 pub(super) struct Inflight<S> {
     worker: Worker<S>,
-    /// One task per started claim, running its units.
+    /// The tasks running the units, each a share of one claim's.
     tasks: JoinSet<()>,
-    /// Each unit's results, sent by its claim's task when its handler is
-    /// done.
+    /// Each unit's results, sent by its task when its handler is done
+    /// (those done together in one message).
     sender: mpsc::UnboundedSender<Vec<(UnitKey, Finished)>>,
     finished: mpsc::UnboundedReceiver<Vec<(UnitKey, Finished)>>,
     /// The claims of each running unit (one, or a batch's, in the batch's
@@ -76,9 +77,8 @@ struct Running {
     started_at: Instant,
 }
 
-/// What ended while handlers ran: a unit, with its results, or the task of
-/// a claim's units (all of which sent their results first, unless it was
-/// cut).
+/// What ended while handlers ran: units, with their results, or a task of
+/// units (all of which sent their results first, unless it was cut).
 pub(super) enum Joined {
     Units(Vec<(UnitKey, Finished)>),
     Task(Result<Id, JoinError>),
@@ -153,7 +153,8 @@ impl<S: Store> Inflight<S> {
     /// Starts the handlers of tasks claimed at `claimed_at` (in the span
     /// `claim`), in slots the claim was sized to: a batch handler's tasks of
     /// one kind in one unit, every other task in one of its own, all of them
-    /// at once in one tokio task. A claim taken ahead ([`can_claim_ahead`](Self::can_claim_ahead)) waits
+    /// at once, shared among at most as many tokio tasks as the runtime has
+    /// worker threads. A claim taken ahead ([`can_claim_ahead`](Self::can_claim_ahead)) waits
     /// for slots, and starts as they free. A claim whose lease has less left than the
     /// handler timeout (the claim itself took that long, or it waited) is
     /// given back unstarted.
@@ -365,8 +366,8 @@ impl<S: Store> Inflight<S> {
     }
 }
 
-/// The task of one claim's `units`, numbered from `first`: runs them all at
-/// once and sends each one's results as its handler is done.
+/// The task of a share of one claim's `units`, numbered from `first`: runs
+/// them all at once and sends each one's results as its handler is done.
 async fn run_units<S: Store>(
     worker: Worker<S>,
     units: Vec<Unit>,
@@ -392,5 +393,11 @@ async fn run_units<S: Store>(
         }
         // The relay keeps its receiver for as long as it runs this task.
         let _ = sender.send(done);
+        if !running.is_empty() {
+            // The send woke the relay's loop into this thread's next slot,
+            // where no other thread may take it: let it run before any
+            // other handler here, which might block the thread.
+            tokio::task::yield_now().await;
+        }
     }
 }

@@ -2,8 +2,8 @@
 //!
 //! A relay claims available tasks in batches with `SKIP LOCKED`, as many as
 //! it has free handler slots, runs their handlers at once (at most the
-//! worker's concurrency; a claim's handlers share as many tokio tasks as the
-//! runtime has worker threads), writes results back in batches within the
+//! worker's concurrency; a claim's handlers share at most as many tokio tasks
+//! as the runtime has worker threads), writes results back in batches within the
 //! write delay, and sleeps until a wake-up, a promotion or the poll interval.
 //! Beside that loop, a maintenance task promotes waiting tasks once due,
 //! rescues lapsed leases, purges and counts, so none of that ever delays a

@@ -70,6 +70,7 @@ pub use operator::*;
 pub use ordering::*;
 pub use pipeline::*;
 pub use relay::{
+    a_handler_blocking_its_thread_does_not_stop_the_relay,
     ordering_keys_hold_under_random_failures, purge_keeps_unfinished_and_recent_rows,
     relay_claims_only_what_it_can_start, relay_wakes_for_the_next_due_retry,
     shutdown_deadline_gives_claims_back, shutdown_waits_for_running_handlers,
@@ -153,6 +154,7 @@ macro_rules! conformance_tests {
             ordering_keys_hold_under_random_failures,
             shutdown_waits_for_running_handlers,
             shutdown_deadline_gives_claims_back,
+            a_handler_blocking_its_thread_does_not_stop_the_relay,
             relay_claims_only_what_it_can_start,
             purge_keeps_unfinished_and_recent_rows,
             stats_and_requeue,

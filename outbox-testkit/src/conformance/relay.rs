@@ -165,6 +165,58 @@ pub async fn shutdown_waits_for_running_handlers<B: TestBackend>(db: &B) -> anyh
     Ok(())
 }
 
+/// A handler that blocks its thread holds up the deliveries that share its
+/// task, not the relay's loop: the results of the claim's other task are
+/// written while it blocks. On a runtime of two threads a claim of four runs
+/// as two tasks of two, in claim order, and only the first holds a handler
+/// that blocks.
+pub async fn a_handler_blocking_its_thread_does_not_stop_the_relay<B: TestBackend>(
+    db: &B,
+) -> anyhow::Result<()> {
+    let tasks =
+        ["returns", "blocks", "returns", "returns"].map(|payload| Task::new(KIND, 1, payload));
+    let ids = enqueue_committed(db, tasks.to_vec()).await?;
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = std::sync::Arc::new(std::sync::Mutex::new(released));
+    let blocking = handler_fn(move |delivery: Delivery| {
+        let released = std::sync::Arc::clone(&released);
+        async move {
+            if delivery.payload() == b"blocks" {
+                // A synchronous call: nothing else runs on this thread
+                // until the test lets it return.
+                let _ = released.lock().map(|released| released.recv());
+            }
+            Ok::<(), HandlerError>(())
+        }
+    });
+    let worker = worker(db, registry(blocking)?, config("relay"))?;
+    let shutdown = CancellationToken::new();
+    let relay = spawn_relay(worker, relay_config(), &shutdown)?;
+    let written = tokio::time::timeout(
+        Duration::from_secs(10),
+        crate::wait::eventually(async || {
+            for id in [ids[2], ids[3]] {
+                if get(db, id).await?.status != Status::Succeeded {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }),
+    )
+    .await;
+    let _ = release.send(());
+    shutdown.cancel();
+    let report = relay.await?;
+    written.map_err(|_| {
+        anyhow::anyhow!("no result was written in 10 s while one handler blocked its thread")
+    })??;
+    assert_eq!((report.claimed, report.succeeded), (4, 4));
+    for id in ids {
+        assert_eq!(get(db, id).await?.status, Status::Succeeded);
+    }
+    Ok(())
+}
+
 /// Shutdown while 10 handlers hang: `run` returns at the deadline and gives
 /// every claim back, so no lease it took outlives its return.
 pub async fn shutdown_deadline_gives_claims_back<B: TestBackend>(db: &B) -> anyhow::Result<()> {
