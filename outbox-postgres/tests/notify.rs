@@ -24,13 +24,15 @@ async fn notify_wakes_the_relay_long_before_its_poll() {
     let relay = relay_with_notify(&db).await;
 
     // One task at a time, each committed once the relay has gone to sleep
-    // for its 10 s poll: after its first claim, then after the claim that
-    // follows each delivery's result. Only NOTIFY can bring them in quickly.
+    // for its 10 s poll: after its first claim, then after the two claims
+    // each commit brings (the one the wake-up starts, and the one after the
+    // delivery's result is written). Only NOTIFY can bring them in quickly.
     let mut conn = db.connect().await.expect("connect");
     let mut latencies = Vec::new();
-    let mut since = relay.started;
+    let (mut since, mut claims) = (relay.started, 1);
     for n in 0..20 {
-        relay.claims.returned_since(since, 1).await;
+        relay.claims.returned_since(since, claims).await;
+        (since, claims) = (Instant::now(), 2);
         let committed = conn
             .transaction::<_, anyhow::Error, _>(async |tx| {
                 Ok(relay
@@ -47,8 +49,7 @@ async fn notify_wakes_the_relay_long_before_its_poll() {
         )
         .await
         .unwrap_or_else(|_| panic!("task {n} waited for the 10 s poll"));
-        since = Instant::now();
-        latencies.push(since - at);
+        latencies.push(at.elapsed());
         assert_eq!(relay.handle.succeeded_ids()[n], committed);
     }
     relay.stop().await;
@@ -76,9 +77,12 @@ async fn every_way_of_enqueueing_wakes_the_relay() {
             .map(|n| Task::new("order.created", 1, format!("batch-{n}")))
             .collect(),
     ];
-    let (mut delivered, mut since) = (0, relay.started);
+    let (mut delivered, mut since, mut claims) = (0, relay.started, 1);
     for tasks in batches {
-        relay.claims.returned_since(since, 1).await;
+        // After the first claim, then after the wake-up's claim and the
+        // one after the results are written.
+        relay.claims.returned_since(since, claims).await;
+        (since, claims) = (Instant::now(), 2);
         let count = tasks.len();
         conn.transaction::<_, anyhow::Error, _>(async |tx| {
             Ok(relay.store.enqueue_many(tx, tasks).await?)
@@ -92,7 +96,6 @@ async fn every_way_of_enqueueing_wakes_the_relay() {
         )
         .await
         .unwrap_or_else(|_| panic!("task {delivered} waited for the 10 s poll"));
-        since = Instant::now();
     }
     relay.stop().await;
 }
@@ -181,6 +184,9 @@ async fn a_listen_session_the_server_ended_is_replaced_at_once() {
     let relay = relay_with_notify(&db).await;
 
     let mut conn = db.connect().await.expect("connect");
+    // Its first claim is behind it, so each counted below is one it makes
+    // after losing its session.
+    relay.claims.returned_since(relay.started, 1).await;
     let first = listener(&mut conn, 0, Duration::from_secs(5))
         .await
         .expect("the relay never listened");

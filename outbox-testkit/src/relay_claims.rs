@@ -75,8 +75,10 @@ impl ClaimWatch {
     }
 
     /// `run` (a relay's `run` future) with this watch as its `tracing`
-    /// subscriber. Only the relay's claim spans are recorded; its other
-    /// spans and events go nowhere while it runs.
+    /// subscriber. What the relay's loop itself emits (its claim spans, and
+    /// its warnings) comes here, and only the claim spans are kept; the
+    /// tasks it spawns (claims, handlers, writes, maintenance) still report
+    /// to the global subscriber.
     pub fn watching<F: Future>(&self, run: F) -> impl Future<Output = F::Output> + use<F> {
         let layer = Watcher {
             claims: self.claims.clone(),
