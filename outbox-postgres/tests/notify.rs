@@ -31,7 +31,7 @@ async fn notify_wakes_the_relay_long_before_its_poll() {
     let mut latencies = Vec::new();
     let (mut since, mut claims) = (relay.started, 1);
     for n in 0..20 {
-        relay.claims.returned_since(since, claims).await;
+        relay.claims_returned(since, claims).await;
         (since, claims) = (Instant::now(), 2);
         let committed = conn
             .transaction::<_, anyhow::Error, _>(async |tx| {
@@ -81,7 +81,7 @@ async fn every_way_of_enqueueing_wakes_the_relay() {
     for tasks in batches {
         // After the first claim, then after the wake-up's claim and the
         // one after the results are written.
-        relay.claims.returned_since(since, claims).await;
+        relay.claims_returned(since, claims).await;
         (since, claims) = (Instant::now(), 2);
         let count = tasks.len();
         conn.transaction::<_, anyhow::Error, _>(async |tx| {
@@ -126,7 +126,7 @@ async fn wakes_its_own_relay(test: &str, names: Names) {
     let billing = db.another_outbox(&names).await.expect("billing outbox");
     let relay = relay_with_notify_on(billing).await;
     let mut conn = db.connect().await.expect("connect");
-    relay.claims.returned_since(relay.started, 1).await;
+    relay.claims_returned(relay.started, 1).await;
     let committed = conn
         .transaction::<_, anyhow::Error, _>(async |tx| {
             Ok(relay
@@ -186,7 +186,7 @@ async fn a_listen_session_the_server_ended_is_replaced_at_once() {
     let mut conn = db.connect().await.expect("connect");
     // Its first claim is behind it, so each counted below is one it makes
     // after losing its session.
-    relay.claims.returned_since(relay.started, 1).await;
+    relay.claims_returned(relay.started, 1).await;
     let first = listener(&mut conn, 0, Duration::from_secs(5))
         .await
         .expect("the relay never listened");
@@ -204,7 +204,7 @@ async fn a_listen_session_the_server_ended_is_replaced_at_once() {
 
     // Two claims follow: one when its wake-up stream ends, one once it
     // listens again (for what was committed while nothing listened).
-    relay.claims.returned_since(terminated, 2).await;
+    relay.claims_returned(terminated, 2).await;
     let committed = conn
         .transaction::<_, anyhow::Error, _>(async |tx| {
             Ok(relay
@@ -269,6 +269,18 @@ struct NotifiedRelay {
 }
 
 impl NotifiedRelay {
+    /// Waits until `count` claims that started after `since` have come
+    /// back and none runs; fails after 15 s (a relay that ended claims
+    /// nothing more).
+    async fn claims_returned(&self, since: Instant, count: usize) {
+        tokio::time::timeout(
+            Duration::from_secs(15),
+            self.claims.returned_since(since, count),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("the relay did not come back from {count} claims in 15 s"));
+    }
+
     async fn stop(self) {
         self.shutdown.cancel();
         self.running.await.expect("relay");

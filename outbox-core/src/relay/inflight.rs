@@ -27,8 +27,8 @@ use crate::{
 /// `concurrency` deliveries in all. The units a claim started run at once,
 /// shared in claim order among at most as many tokio tasks as the runtime
 /// has worker threads, and each unit's results come back as soon as its
-/// handler is done: a task of its own per delivery cost more of the relay's
-/// CPU than the rest of its work on a delivery together. The relay
+/// handler is done: a task of its own per delivery cost about a third of the
+/// relay's CPU (see `docs/benchmarks.md`). The relay
 /// claims only as many tasks as there are free slots, so a claimed task
 /// starts at once, with one exception: while only batches hold the slots,
 /// one claim may be taken ahead and wait for them
@@ -394,9 +394,9 @@ async fn run_units<S: Store>(
         // The relay keeps its receiver for as long as it runs this task.
         let _ = sender.send(done);
         if !running.is_empty() {
-            // The send woke the relay's loop into this thread's next slot,
-            // where no other thread may take it: let it run before any
-            // other handler here, which might block the thread.
+            // The send usually woke the relay's loop into this thread's
+            // LIFO slot, which no other thread may steal: let it run before
+            // any other handler here, which might block the thread.
             tokio::task::yield_now().await;
         }
     }
