@@ -26,14 +26,13 @@ use crate::{
 /// delivery, or of a batch handler's batch, and at most the worker's
 /// `concurrency` deliveries in all. The units a claim started run at once,
 /// shared in claim order among at most as many tokio tasks as the runtime
-/// has worker threads, and each unit's results come back as soon as its
-/// handler is done: a task of its own per delivery cost about a third of the
-/// relay's CPU (see `docs/benchmarks.md`). The relay
-/// claims only as many tasks as there are free slots, so a claimed task
-/// starts at once, with one exception: while only batches hold the slots,
-/// one claim may be taken ahead and wait for them
-/// ([`can_claim_ahead`](Self::can_claim_ahead)). How long handlers run
-/// decides when the relay claims again ([`Pacing`]).
+/// has worker threads, each of which sends its units' results as their
+/// handlers finish: a task of its own per delivery cost about a third of
+/// the relay's CPU (see `docs/benchmarks.md`). The relay claims only as
+/// many tasks as there are free slots, so a claimed task starts at once,
+/// with one exception: while only batches hold the slots, one claim may be
+/// taken ahead and wait for them ([`can_claim_ahead`](Self::can_claim_ahead)).
+/// How long handlers run decides when the relay claims again ([`Pacing`]).
 pub(super) struct Inflight<S> {
     worker: Worker<S>,
     /// The tasks running the units, each a share of one claim's.
@@ -154,8 +153,9 @@ impl<S: Store> Inflight<S> {
     /// `claim`), in slots the claim was sized to: a batch handler's tasks of
     /// one kind in one unit, every other task in one of its own, all of them
     /// at once, shared among at most as many tokio tasks as the runtime has
-    /// worker threads. A claim taken ahead ([`can_claim_ahead`](Self::can_claim_ahead)) waits
-    /// for slots, and starts as they free. A claim whose lease has less left than the
+    /// worker threads. A claim taken ahead
+    /// ([`can_claim_ahead`](Self::can_claim_ahead)) waits for slots, and
+    /// starts as they free. A claim whose lease has less left than the
     /// handler timeout (the claim itself took that long, or it waited) is
     /// given back unstarted.
     pub(super) fn start(
@@ -181,8 +181,8 @@ impl<S: Store> Inflight<S> {
             return;
         }
         let mut units = self.worker.units(records);
-        // As many tasks as the runtime has threads to run them, each with
-        // a share of the units in claim order.
+        // At most as many tasks as the runtime has threads to run them,
+        // each with a share of the units in claim order.
         let per_task = units.len().div_ceil(self.threads).max(1);
         let started_at = Instant::now();
         while !units.is_empty() {
