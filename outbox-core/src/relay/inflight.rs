@@ -1,7 +1,7 @@
 //! A relay's claimed tasks, running their handlers: each alone, or a batch
 //! handler's together.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, ops::Range};
 
 use futures_util::{FutureExt, StreamExt, stream::FuturesUnordered};
 use tokio::{
@@ -44,6 +44,8 @@ pub(super) struct Inflight<S> {
     /// The claims of each running unit (one, or a batch's, in the batch's
     /// order), when they were taken, and when the handler started.
     fences: HashMap<UnitKey, Running>,
+    /// The keys of each task's units.
+    shares: HashMap<Id, Range<UnitKey>>,
     /// The key of the next unit started.
     next_key: UnitKey,
     /// The runtime's worker threads: how many tasks a claim's units share.
@@ -67,11 +69,10 @@ struct Queued {
 /// Which unit a result belongs to.
 type UnitKey = u64;
 
-/// One running unit's claims, and the task it runs in.
+/// One running unit's claims.
 struct Running {
     fences: Vec<Fence>,
     batch: bool,
-    task: Id,
     claimed_at: Instant,
     started_at: Instant,
 }
@@ -93,6 +94,7 @@ impl<S: Store> Inflight<S> {
             sender,
             finished,
             fences: HashMap::new(),
+            shares: HashMap::new(),
             next_key: 0,
             threads: tokio::runtime::Handle::try_current()
                 .map_or(1, |runtime| runtime.metrics().num_workers())
@@ -213,6 +215,7 @@ impl<S: Store> Inflight<S> {
                     self.sender.clone(),
                 ))
                 .id();
+            self.shares.insert(task, first..self.next_key);
             for (key, (fences, batch)) in (first..).zip(claims) {
                 self.delivering += fences.len();
                 self.batches += usize::from(batch);
@@ -221,7 +224,6 @@ impl<S: Store> Inflight<S> {
                     Running {
                         fences,
                         batch,
-                        task,
                         claimed_at,
                         started_at,
                     },
@@ -233,12 +235,11 @@ impl<S: Store> Inflight<S> {
     /// Hands the results of handlers that finished to `writer`, without
     /// waiting, and forgets the tasks that ended.
     pub(super) fn reap(&mut self, writer: &mut ResultWriter) {
-        while let Ok(units) = self.finished.try_recv() {
-            self.finish(Joined::Units(units), writer);
-        }
+        self.take_sent(writer);
         while let Some(ended) = self.tasks.try_join_next_with_id() {
-            self.finish(Joined::Task(ended.map(|(id, ())| id)), writer);
+            self.end_task(ended.map(|(id, ())| id), writer);
         }
+        self.start_queued(writer);
     }
 
     /// Waits for the next unit to finish, or task to end (pending forever
@@ -262,39 +263,39 @@ impl<S: Store> Inflight<S> {
         }
     }
 
-    /// Hands `writer` the completions of a unit that finished. For a task
+    /// Hands `writer` the completions of units that finished. For a task
     /// that ended: first the results it sent, then, for each of its units
     /// that sent none (it was cut at shutdown; handler panics are caught
     /// inside the attempt), its claims given back as interrupted runs.
     pub(super) fn finish(&mut self, joined: Joined, writer: &mut ResultWriter) {
         match joined {
-            Joined::Units(units) => {
-                for (key, finished) in units {
-                    self.finish_unit(key, Some(finished), writer);
-                }
-            }
-            Joined::Task(ended) => {
-                let task = match ended {
-                    Ok(id) => id,
-                    Err(error) => error.id(),
-                };
-                while let Ok(units) = self.finished.try_recv() {
-                    for (key, finished) in units {
-                        self.finish_unit(key, Some(finished), writer);
-                    }
-                }
-                let cut: Vec<UnitKey> = self
-                    .fences
-                    .iter()
-                    .filter(|(_, running)| running.task == task)
-                    .map(|(key, _)| *key)
-                    .collect();
-                for key in cut {
-                    self.finish_unit(key, None, writer);
-                }
-            }
+            Joined::Units(units) => self.finish_units(units, writer),
+            Joined::Task(ended) => self.end_task(ended, writer),
         }
         self.start_queued(writer);
+    }
+
+    /// Hands `writer` the completions the tasks have sent so far.
+    fn take_sent(&mut self, writer: &mut ResultWriter) {
+        while let Ok(units) = self.finished.try_recv() {
+            self.finish_units(units, writer);
+        }
+    }
+
+    /// A task ended: the results it sent, then its units that sent none.
+    fn end_task(&mut self, ended: Result<Id, JoinError>, writer: &mut ResultWriter) {
+        let task = ended.unwrap_or_else(|error| error.id());
+        self.take_sent(writer);
+        for key in self.shares.remove(&task).unwrap_or_default() {
+            self.finish_unit(key, None, writer);
+        }
+    }
+
+    /// Hands `writer` the completions of `units`.
+    fn finish_units(&mut self, units: Vec<(UnitKey, Finished)>, writer: &mut ResultWriter) {
+        for (key, finished) in units {
+            self.finish_unit(key, Some(finished), writer);
+        }
     }
 
     /// Hands `writer` the completions of the unit `key`, or its claims
