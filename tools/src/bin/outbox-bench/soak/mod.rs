@@ -10,13 +10,15 @@
 //! Each sample records what was enqueued and handled, the backlog, commit
 //! to handler start (p50, p99), the claims' time (p50, p99, as the library
 //! times them) and the task table's storage, with the server's clean-up
-//! (dead rows and autovacuum runs on PostgreSQL, InnoDB's history list).
+//! (dead rows and autovacuum runs on PostgreSQL, InnoDB's history list),
+//! and how busy the machine's processors were.
 //! At the end the producers stop and the relays work on the backlog for a
 //! while (what they leave is reported), and the run is judged against the
 //! soak's targets (a quick run is not judged). A relay that reports errors
 //! fails the soak.
 
 mod claims;
+mod cpu;
 mod load;
 pub(crate) mod report;
 mod storage;
@@ -31,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::{claims::ClaimTimes, storage::Storage};
 use self::{
+    cpu::{CpuTimes, busy_between},
     load::{Book, KIND, Noting},
     report::{Sample, SoakRun},
 };
@@ -255,9 +258,11 @@ pub(crate) async fn run<B: Storage>(
     tokio::time::sleep(plan.calibration / 2).await;
     book.take();
     let measured = Instant::now();
+    let cpu_measured = CpuTimes::now();
     tokio::time::sleep(plan.calibration / 2).await;
     let taken = book.take();
     let seconds = measured.elapsed().as_secs_f64();
+    let capacity_cpu = busy_between(cpu_measured, CpuTimes::now());
     // The producers wait for the relays past a small backlog, so what was
     // handled is what the two kept up with together.
     let capacity = (taken.handled as f64 / seconds).max(1.0);
@@ -272,8 +277,9 @@ pub(crate) async fn run<B: Storage>(
     drop(measured_on);
     let rate = plan.rate.unwrap_or(capacity * plan.load);
     eprintln!(
-        "soak: {}: sustained {capacity:.0} tasks/s; enqueueing {rate:.0} tasks/s for {} s",
+        "soak: {}: sustained {capacity:.0} tasks/s (processors {} busy); enqueueing {rate:.0} tasks/s for {} s",
         B::NAME,
+        report::percent(capacity_cpu),
         plan.duration.as_secs()
     );
 
@@ -286,6 +292,7 @@ pub(crate) async fn run<B: Storage>(
     let mut ticks =
         tokio::time::interval_at(tokio::time::Instant::now() + plan.sample, plan.sample);
     let mut last = Instant::now();
+    let mut cpu_last = CpuTimes::now();
     while started.elapsed() < plan.duration {
         ticks.tick().await;
         // A producer ends early only on an error, which `finish` gives.
@@ -295,6 +302,9 @@ pub(crate) async fn run<B: Storage>(
         let seconds = last.elapsed().as_secs_f64();
         last = Instant::now();
         let taken = book.take();
+        let cpu_now = CpuTimes::now();
+        let cpu_busy = busy_between(cpu_last, cpu_now);
+        cpu_last = cpu_now;
         let sample = Sample {
             minutes: started.elapsed().as_secs_f64() / 60.0,
             enqueued_per_s: taken.enqueued as f64 / seconds,
@@ -303,6 +313,7 @@ pub(crate) async fn run<B: Storage>(
             latencies: taken.latencies,
             claims: claims.take(),
             storage: db.storage().await?,
+            cpu_busy,
         };
         eprintln!("soak: {}: {}", B::NAME, sample.line());
         samples.push(sample);
@@ -313,6 +324,7 @@ pub(crate) async fn run<B: Storage>(
         cleanup: cleanup.summary,
         backend: B::NAME,
         capacity,
+        capacity_cpu,
         rate,
         plan: plan.clone(),
         samples,

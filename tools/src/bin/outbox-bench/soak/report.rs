@@ -45,6 +45,9 @@ pub(crate) struct Sample {
     /// Each claim's time since the last sample.
     pub(crate) claims: Vec<Duration>,
     pub(crate) storage: Reading,
+    /// How busy the machine's processors were since the last sample, in
+    /// percent of all of them; `None` where the system does not tell.
+    pub(crate) cpu_busy: Option<f64>,
 }
 
 /// Quantile `q` of `values` in milliseconds; `None` without values.
@@ -64,12 +67,17 @@ fn millis(value: Option<f64>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"))
 }
 
+/// A share in whole percent, or `-`.
+pub(crate) fn percent(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}%"))
+}
+
 impl Sample {
     /// The sample on one line, for the run's progress.
     pub(crate) fn line(&self) -> String {
         format!(
             "{:.2} min: enqueued {:.0}/s, handled {:.0}/s, backlog {}, commit to handler p99 {} ms, \
-             claim p99 {} ms, table {} MB, indexes {} MB",
+             claim p99 {} ms, table {} MB, indexes {} MB, processors {} busy",
             self.minutes,
             self.enqueued_per_s,
             self.handled_per_s,
@@ -78,6 +86,7 @@ impl Sample {
             millis(quantile(&self.claims, 0.99)),
             mb(self.storage.data_bytes),
             mb(self.storage.index_bytes),
+            percent(self.cpu_busy),
         )
     }
 
@@ -96,6 +105,9 @@ pub(crate) struct SoakRun {
     /// Tasks/s delivered while producers enqueued flat out beside the
     /// relays, just before.
     pub(crate) capacity: f64,
+    /// How busy the machine's processors were while that was measured, in
+    /// percent.
+    pub(crate) capacity_cpu: Option<f64>,
     /// Tasks/s the producers were asked for.
     pub(crate) rate: f64,
     pub(crate) plan: SoakPlan,
@@ -119,6 +131,14 @@ impl SoakRun {
     /// The rate offered, in percent of the rate measured first.
     pub(crate) fn share_percent(&self) -> f64 {
         self.rate / self.capacity * 100.0
+    }
+
+    /// The median and the highest of the samples' processor shares, in
+    /// percent.
+    fn cpu_spread(&self) -> Option<(f64, f64)> {
+        let mut busy: Vec<f64> = self.samples.iter().filter_map(|s| s.cpu_busy).collect();
+        busy.sort_by(f64::total_cmp);
+        Some((*busy.get(busy.len() / 2)?, *busy.last()?))
     }
 
     fn end(&self) -> f64 {
@@ -232,12 +252,12 @@ impl SoakRun {
     /// The samples as a Markdown table.
     pub(crate) fn table(&self) -> String {
         let mut out = String::from(
-            "| min | enqueued/s | handled/s | backlog | commit to handler p50 / p99 ms | claim p50 / p99 ms | claims | table MB | indexes MB | on disk MB | dead rows | autovacuums | undo history |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+            "| min | enqueued/s | handled/s | backlog | commit to handler p50 / p99 ms | claim p50 / p99 ms | claims | processors busy | table MB | indexes MB | on disk MB | dead rows | autovacuums | undo history |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
         for s in &self.samples {
             out.push_str(&format!(
-                "| {:.2} | {} | {} | {} | {} / {} | {} / {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {:.2} | {} | {} | {} | {} / {} | {} / {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 s.minutes,
                 group_digits(&format!("{:.0}", s.enqueued_per_s)),
                 group_digits(&format!("{:.0}", s.handled_per_s)),
@@ -247,6 +267,7 @@ impl SoakRun {
                 millis(quantile(&s.claims, 0.5)),
                 millis(quantile(&s.claims, 0.99)),
                 group_digits(&s.claims.len().to_string()),
+                percent(s.cpu_busy),
                 mb(s.storage.data_bytes),
                 mb(s.storage.index_bytes),
                 mb(s.storage.file_bytes),
@@ -322,6 +343,13 @@ impl SoakRun {
                 ],
             },
         ];
+        if self.samples.iter().any(|s| s.cpu_busy.is_some()) {
+            panels.push(TimePanel {
+                title: "processors busy (the whole machine)".to_owned(),
+                unit: "%".to_owned(),
+                lines: vec![line("busy", &|s| s.cpu_busy)],
+            });
+        }
         if self.samples.iter().any(|s| s.storage.dead_rows.is_some()) {
             panels.push(TimePanel {
                 title: "dead rows".to_owned(),
@@ -393,16 +421,25 @@ pub(crate) fn section(runs: &[SoakRun], meta: &Meta) -> String {
         out.push_str(&format!(
             "\n### {backend}{server}\n\n\
              {} minutes: producers offered {} tasks/s, {:.0}% of the {} tasks/s the machine \
-             delivered while producers enqueued flat out beside the relays for {} s just before; \
-             retention {} s, purged every {} s; a sample every {} s. Server: {}.\n\n",
+             delivered while producers enqueued flat out beside the relays for {} s just before{}; \
+             retention {} s, purged every {} s; a sample every {} s.{} Server: {}.\n\n",
             run.plan.duration.as_secs() / 60,
             group_digits(&format!("{:.0}", run.rate)),
             run.share_percent(),
             group_digits(&format!("{:.0}", run.capacity)),
             run.plan.calibration.as_secs(),
+            run.capacity_cpu.map_or_else(String::new, |busy| format!(
+                " (its processors {busy:.0}% busy)"
+            )),
             run.plan.retention.as_secs(),
             run.plan.purge_interval.as_secs(),
             run.plan.sample.as_secs(),
+            run.cpu_spread()
+                .map_or_else(String::new, |(median, highest)| format!(
+                    " The machine's processors, all the run's work together (the database's \
+                 included), were busy {median:.0}% of the time in the median sample, \
+                 {highest:.0}% in the busiest."
+                )),
             run.cleanup,
         ));
         out.push_str(&run.verdict());
