@@ -1,7 +1,8 @@
 //! How busy the machine's processors were between two readings of
-//! `/proc/stat` (Linux). In a soak the database server, the producers and
-//! the relays share them: a sample whose processors were nearly always
-//! busy measures what the machine has left, not what the outbox costs.
+//! `/proc/stat` (Linux), every process on it together. Where the database
+//! runs on the same machine as the soak's producers and relays, a sample
+//! whose processors were nearly always busy measures what the machine has
+//! left, not what the outbox costs.
 
 /// The processors' time counters at one moment, every core together.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -18,11 +19,12 @@ impl CpuTimes {
     }
 
     /// The share of the time since `earlier` that the processors were busy,
-    /// in percent; `None` when no time passed between the two.
+    /// in percent; `None` when no time passed between the two. The kernel
+    /// may count I/O wait backwards, so the share is held to 100%.
     pub(crate) fn busy_since(self, earlier: Self) -> Option<f64> {
         let total = self.total.checked_sub(earlier.total)?;
         let busy = self.busy.checked_sub(earlier.busy)?;
-        (total > 0).then(|| busy as f64 / total as f64 * 100.0)
+        (total > 0).then(|| (busy as f64 / total as f64 * 100.0).min(100.0))
     }
 }
 
@@ -62,8 +64,9 @@ mod tests {
 
     #[test]
     fn the_busy_share_leaves_out_idle_and_io_wait() {
-        let before = parse("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 50 0 25 400 25 0 0 0 0 0\n");
-        let after = parse("cpu  160 0 70 900 70 5 5 0 0 0\n");
+        // Guest time (the last two fields) is inside user and nice already.
+        let before = parse("cpu  100 0 50 800 50 0 0 0 30 0\ncpu0 50 0 25 400 25 0 0 0 15 0\n");
+        let after = parse("cpu  160 0 70 900 70 5 5 0 90 7\n");
         // Busy 150 -> 240 (+90), idle with I/O wait 850 -> 970 (+120).
         let share = busy_between(before, after).expect("both read");
         assert!((share - 90.0 / 210.0 * 100.0).abs() < 1e-9, "{share}");
@@ -76,6 +79,13 @@ mod tests {
         let same = parse("cpu  1 2 3 4 5 6 7 8 0 0\n");
         assert_eq!(busy_between(same, same), None, "no time passed");
         assert_eq!(busy_between(None, same), None);
+    }
+
+    #[test]
+    fn io_wait_counted_backwards_leaves_the_share_at_most_100() {
+        let before = parse("cpu  100 0 0 100 50 0 0 0 0 0\n");
+        let after = parse("cpu  200 0 0 100 40 0 0 0 0 0\n");
+        assert_eq!(busy_between(before, after), Some(100.0));
     }
 
     #[cfg(target_os = "linux")]

@@ -429,16 +429,16 @@ pub(crate) fn section(runs: &[SoakRun], meta: &Meta) -> String {
             group_digits(&format!("{:.0}", run.capacity)),
             run.plan.calibration.as_secs(),
             run.capacity_cpu.map_or_else(String::new, |busy| format!(
-                " (its processors {busy:.0}% busy)"
+                " (its processors {busy:.0}% busy over the time measured)"
             )),
             run.plan.retention.as_secs(),
             run.plan.purge_interval.as_secs(),
             run.plan.sample.as_secs(),
             run.cpu_spread()
                 .map_or_else(String::new, |(median, highest)| format!(
-                    " The machine's processors, all the run's work together (the database's \
-                 included), were busy {median:.0}% of the time in the median sample, \
-                 {highest:.0}% in the busiest."
+                    " Every process on the machine together (the database's too, where it \
+                 runs there) kept its processors busy {median:.0}% of the time in the \
+                 median sample, {highest:.0}% in the busiest."
                 )),
             run.cleanup,
         ));
