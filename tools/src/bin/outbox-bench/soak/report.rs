@@ -11,7 +11,7 @@ use super::{SoakPlan, storage::Reading};
 use crate::{
     docs::{self, Markers, Meta},
     plot::group_digits,
-    stats::{ms, percentile},
+    stats::{median, ms, percentile},
     timeline::{Line, TimeChart, TimePanel},
 };
 
@@ -136,9 +136,9 @@ impl SoakRun {
     /// The median and the highest of the samples' processor shares, in
     /// percent.
     fn cpu_spread(&self) -> Option<(f64, f64)> {
-        let mut busy: Vec<f64> = self.samples.iter().filter_map(|s| s.cpu_busy).collect();
-        busy.sort_by(f64::total_cmp);
-        Some((*busy.get(busy.len() / 2)?, *busy.last()?))
+        let busy: Vec<f64> = self.samples.iter().filter_map(|s| s.cpu_busy).collect();
+        let highest = busy.iter().copied().reduce(f64::max)?;
+        Some((median(&busy), highest))
     }
 
     fn end(&self) -> f64 {
