@@ -1,7 +1,9 @@
 //! Redis Streams: publishing through the relay against pipelined raw
-//! `XADD`s, and against the publisher a user writes by hand.
+//! `XADD`s, and against the publisher a user writes by hand; and the time
+//! Redis itself spends on each message, the publisher's script against a
+//! plain `XADD`.
 
-use std::time::Instant;
+use std::{sync::Mutex, time::Instant};
 
 use diesel_outbox_core::wire;
 use diesel_outbox_redis::StreamPublisher;
@@ -10,9 +12,13 @@ use redis::aio::MultiplexedConnection;
 
 use super::{
     Plan,
-    figure::Figure,
-    publishing::{IN_FLIGHT, KIND, Names, Sink, against_hand_written, through_relay},
+    figure::{Figure, Plot},
+    publishing::{
+        IN_FLIGHT, KIND, Names, Sink, against_hand_written, hand_written_overlapping, pending,
+        through_relay,
+    },
     raw::{Claimed, Raw},
+    stats::median,
 };
 
 /// A stream of one run and a connection to add to it by hand.
@@ -39,22 +45,8 @@ impl Stream {
     /// payload last).
     fn add(&self, id: i64, payload: &[u8]) -> redis::Cmd {
         let mut add = redis::cmd("XADD");
-        add.arg(&self.stream)
-            .arg("*")
-            .arg("message_id")
-            .arg(format!("outbox:{id}"))
-            .arg(wire::TASK_ID)
-            .arg(id)
-            .arg(wire::KIND)
-            .arg(KIND)
-            .arg(wire::VERSION)
-            .arg(1)
-            .arg(wire::ATTEMPT)
-            .arg(1)
-            .arg(wire::SOURCE)
-            .arg("outbox")
-            .arg("payload")
-            .arg(payload);
+        add.arg(&self.stream).arg("*");
+        entry(&mut add, id, payload);
         add
     }
 
@@ -67,6 +59,34 @@ impl Stream {
         let ids: Vec<String> = pipe.query_async(&mut self.connection.clone()).await?;
         Ok(ids.len())
     }
+}
+
+/// How many arguments [`entry`] appends.
+const ENTRY_ARGS: usize = 14;
+
+/// Appends the fields of task `id`'s entry to `command`: its message id,
+/// the outbox fields, the payload last.
+fn entry(command: &mut redis::Cmd, id: i64, payload: &[u8]) {
+    command
+        .arg("message_id")
+        .arg(message_id(id))
+        .arg(wire::TASK_ID)
+        .arg(id)
+        .arg(wire::KIND)
+        .arg(KIND)
+        .arg(wire::VERSION)
+        .arg(1)
+        .arg(wire::ATTEMPT)
+        .arg(1)
+        .arg(wire::SOURCE)
+        .arg("outbox")
+        .arg("payload")
+        .arg(payload);
+}
+
+/// The message id of task `id`.
+fn message_id(id: i64) -> String {
+    format!("outbox:{id}")
 }
 
 impl Sink for Stream {
@@ -84,20 +104,127 @@ impl Sink for Stream {
     }
 }
 
+/// The script the Streams publisher runs: a careful user who wants the same
+/// dedup window writes the same one.
+const ADD_ONCE: &str = include_str!("../../../../outbox-redis/src/streams/add_once.lua");
+
+/// How long the hand-written script remembers a message id: the
+/// publisher's default window, in milliseconds.
+const WINDOW_MS: u128 = diesel_outbox_redis::DEFAULT_DEDUP_WINDOW.as_millis();
+
+/// A stream a hand-written publisher adds to through the Streams
+/// publisher's own script, loaded once: the same work on Redis's side,
+/// written by hand.
+struct OnceStream {
+    stream: Stream,
+    sha: String,
+}
+
+impl OnceStream {
+    async fn create(name: &str) -> anyhow::Result<Self> {
+        let stream = Stream::create(name).await?;
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(ADD_ONCE)
+            .query_async(&mut stream.connection.clone())
+            .await?;
+        Ok(Self { stream, sha })
+    }
+}
+
+impl Sink for OnceStream {
+    async fn publish_batch(&self, claimed: Vec<Claimed>) -> anyhow::Result<Vec<i64>> {
+        let stream = &self.stream.stream;
+        let mut call = redis::cmd("EVALSHA");
+        call.arg(&self.sha).arg(2 * claimed.len());
+        for row in &claimed {
+            call.arg(diesel_outbox_redis::dedup_key(stream, &message_id(row.id)))
+                .arg(stream);
+        }
+        call.arg(WINDOW_MS).arg(0);
+        for row in &claimed {
+            call.arg(format!("outbox {} {KIND}", row.id))
+                .arg(ENTRY_ARGS);
+            entry(&mut call, row.id, &row.payload);
+        }
+        // One reply per message: {added, entry id, same task}.
+        let replies: Vec<(i64, String, i64)> = call
+            .query_async(&mut self.stream.connection.clone())
+            .await?;
+        let added = replies.iter().filter(|(added, _, _)| *added == 1).count();
+        anyhow::ensure!(
+            added == claimed.len(),
+            "Redis added {added} of {}",
+            claimed.len()
+        );
+        Ok(claimed.iter().map(|row| row.id).collect())
+    }
+
+    async fn count(&self) -> anyhow::Result<u64> {
+        self.stream.count().await
+    }
+}
+
+/// Microseconds Redis has spent running `command` since it started, for
+/// every client (its `INFO commandstats`); 0 if it never ran.
+async fn server_usec(connection: &MultiplexedConnection, command: &str) -> anyhow::Result<u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut connection.clone())
+        .await?;
+    let prefix = format!("cmdstat_{command}:");
+    let Some(line) = info.lines().find_map(|line| line.strip_prefix(&prefix)) else {
+        return Ok(0);
+    };
+    let usec = line
+        .split(',')
+        .find_map(|field| field.strip_prefix("usec="))
+        .ok_or_else(|| anyhow::anyhow!("no usec in Redis's stats of {command}: {line}"))?;
+    Ok(usec.parse()?)
+}
+
+/// Redis's time per message of `count` added while `run` ran, from its
+/// stats of `command`; pushed to `into` beside `run`'s rate, returned.
+async fn with_server_time(
+    connection: &MultiplexedConnection,
+    command: &str,
+    count: u64,
+    into: &Mutex<Vec<f64>>,
+    run: impl Future<Output = anyhow::Result<f64>>,
+) -> anyhow::Result<f64> {
+    let before = server_usec(connection, command).await?;
+    let rate = run.await?;
+    let spent = server_usec(connection, command)
+        .await?
+        .saturating_sub(before);
+    push(into, spent as f64 / count as f64)?;
+    Ok(rate)
+}
+
 /// Tasks/s of one relay publishing `count` pending tasks through the
-/// Streams publisher, [`IN_FLIGHT`] handler slots.
-async fn relay<B: Raw>(db: &B, count: u64) -> anyhow::Result<f64> {
+/// Streams publisher, [`IN_FLIGHT`] handler slots; Redis's time per
+/// message in its script (`EVALSHA`) goes to `server`.
+async fn relay<B: Raw>(db: &B, count: u64, server: &Mutex<Vec<f64>>) -> anyhow::Result<f64> {
     let sink = Stream::create("bench_redis_relay").await?;
     let publisher = StreamPublisher::builder(sink.redis.url())
         .route(KIND, 1, &sink.stream)
         .build()?;
-    through_relay(db, &sink, publisher, count).await
+    let run = through_relay(db, &sink, publisher, count);
+    with_server_time(&sink.connection, "evalsha", count, server, run).await
 }
 
 /// Tasks/s of pipelined `XADD`s of the relay's entries, [`IN_FLIGHT`] per
-/// pipeline, reading no database.
-async fn raw(count: u64) -> anyhow::Result<f64> {
+/// pipeline, reading no database; Redis's time per `XADD` goes to
+/// `server`.
+async fn raw(count: u64, server: &Mutex<Vec<f64>>) -> anyhow::Result<f64> {
     let stream = Stream::create("bench_redis_raw").await?;
+    let run = pipelined_adds(&stream, count);
+    with_server_time(&stream.connection, "xadd", count, server, run).await
+}
+
+/// Tasks/s of `count` pipelined `XADD`s to `stream`, [`IN_FLIGHT`] per
+/// pipeline.
+async fn pipelined_adds(stream: &Stream, count: u64) -> anyhow::Result<f64> {
     let started = Instant::now();
     let ids: Vec<i64> = (1..=i64::try_from(count)?).collect();
     for chunk in ids.chunks(IN_FLIGHT) {
@@ -122,8 +249,27 @@ async fn raw(count: u64) -> anyhow::Result<f64> {
     Ok(rate)
 }
 
+/// Tasks/s of the overlapping hand-written publisher adding `count`
+/// pending tasks through the Streams publisher's script.
+async fn scripted_overlapping<B: Raw>(db: &B, count: u64) -> anyhow::Result<f64> {
+    pending(db, count).await?;
+    let sink = OnceStream::create("bench_redis_overlap_once").await?;
+    hand_written_overlapping(db, &sink, count).await
+}
+
+/// Adds `figure` to the figures of every run so far.
+fn push(into: &Mutex<Vec<f64>>, figure: f64) -> anyhow::Result<()> {
+    into.lock()
+        .map_err(|_| anyhow::anyhow!("a run panicked"))?
+        .push(figure);
+    Ok(())
+}
+
 /// The relay with the Streams publisher against the overlapping
-/// hand-written publisher (target 0.90x) and raw pipelined `XADD`s.
+/// hand-written publisher (target 0.90x) and raw pipelined `XADD`s; and
+/// Redis's own time per message in the publisher's script (which remembers
+/// each message id for the dedup window and adds the entry) against a
+/// plain `XADD` of the same entry.
 pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<Figure>> {
     let names = Names {
         broker: "Redis Streams",
@@ -131,14 +277,71 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
         raw: "raw XADD, 256 per pipeline",
         hand_written: "hand-written publisher, 2 connections: claim next, pipeline XADDs, complete previous at once",
     };
-    against_hand_written(
+    let (script, adds) = (Mutex::new(Vec::new()), Mutex::new(Vec::new()));
+    let scripted = Mutex::new(Vec::new());
+    let (adding, scripting) = (&adds, &scripted);
+    let mut figures = against_hand_written(
         db,
         plan,
         &names,
         0.90,
-        |count| relay(db, count),
-        raw,
+        |count| relay(db, count, &script),
+        // Each run's raw step also runs the hand-written publisher with the
+        // publisher's script, so that its runs interleave with the others.
+        |count| async move {
+            let rate = raw(count, adding).await?;
+            let once = scripted_overlapping(db, count).await?;
+            push(scripting, once)?;
+            Ok(rate)
+        },
         || Stream::create("bench_redis_overlap"),
     )
-    .await
+    .await?;
+    let taken = |times: Mutex<Vec<f64>>| {
+        times
+            .into_inner()
+            .map(|times| median(&times))
+            .map_err(|_| anyhow::anyhow!("a run panicked"))
+    };
+    let scripted = taken(scripted)?;
+    let library = figures
+        .first()
+        .map(|relay| relay.library)
+        .ok_or_else(|| anyhow::anyhow!("no relay figure"))?;
+    figures.push(Figure {
+        backend: B::NAME,
+        scenario: format!(
+            "publish {} to Redis Streams through the relay, against a hand-written publisher overlapping its round trips and running the same dedup script",
+            plan.nats_tasks
+        ),
+        unit: "tasks/s",
+        library,
+        baseline: scripted,
+        ratio: library / scripted,
+        higher_is_better: true,
+        runs: plan.runs,
+        target: None,
+        baseline_name: "hand-written publisher, 2 connections: claim next, the publisher's script for each batch, complete previous at once",
+        cpu: None,
+        plot: Plot::None,
+    });
+    let (script, adds) = (taken(script)?, taken(adds)?);
+    figures.push(Figure {
+        backend: B::NAME,
+        scenario: format!(
+            "publish {} to Redis Streams: Redis's time per message, the publisher's script (GET, XADD, SET) against XADD",
+            plan.nats_tasks
+        ),
+        unit: "us Redis/message",
+        library: script,
+        baseline: adds,
+        ratio: script / adds,
+        higher_is_better: false,
+        runs: plan.runs,
+        target: None,
+        baseline_name: "raw XADD, 256 per pipeline",
+        cpu: None,
+        plot: Plot::None,
+    });
+    Ok(figures)
 }
