@@ -5,7 +5,8 @@
 //!   once inside a dedup window that Redis lacks of its own: one script
 //!   remembers the message id and adds the entry atomically, so a relay
 //!   that crashed after the add and before its completion write adds
-//!   nothing the second time.
+//!   nothing the second time. Built without a window, for consumers that
+//!   apply each message id once, it sends a plain `XADD` instead.
 //! - [`StreamConsumer`] reads a stream as a member of a consumer group and
 //!   applies each entry once through the consumer's inbox
 //!   ([`Inbox`](diesel_outbox_core::Inbox)), acking after the commit,

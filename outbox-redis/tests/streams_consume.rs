@@ -1,7 +1,8 @@
 //! The Streams inbox consumer on PostgreSQL: each entry applied once, a
 //! replay acked without the handler, a failing entry claimed again until
 //! it is given up, entries of other programs dead-lettered, entries a dead
-//! member left behind claimed.
+//! member left behind claimed; and replays a publisher without a dedup
+//! window added applied once.
 
 use std::{collections::HashSet, time::Duration};
 
@@ -55,6 +56,14 @@ async fn publish(
     let publisher = StreamPublisher::builder(url)
         .route("order.created", 1, stream)
         .build()?;
+    publish_with(&publisher, orders).await
+}
+
+/// Publishes orders through `publisher` as [`publish`] does.
+async fn publish_with(
+    publisher: &StreamPublisher,
+    orders: impl IntoIterator<Item = i64>,
+) -> anyhow::Result<()> {
     for order in orders {
         let task = Task::json("order.created", 1, &serde_json::json!({ "order": order }))?;
         let delivery =
@@ -572,5 +581,55 @@ async fn an_entry_whose_dead_letter_copy_fails_stays_pending_until_it_can_be_cop
         report.failed >= 1 && report.dead_lettered == 1,
         "{report:?}"
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replays_a_publisher_without_a_dedup_window_added_apply_once() -> anyhow::Result<()> {
+    let db = PgTestDb::create("redis_consume_plain").await?;
+    db.migrate_inbox().await?;
+    db.execute_sql("CREATE TABLE shipments (order_id BIGINT NOT NULL)")
+        .await?;
+    let redis = TestRedis::create("redis_consume_plain").await?;
+    let stream = redis.name("orders");
+    let publisher = StreamPublisher::builder(redis.url())
+        .route("order.created", 1, &stream)
+        .without_dedup_window()
+        .build()?;
+    // Every order published twice, as relays that crashed before their
+    // completion writes would: ten entries, five message ids.
+    publish_with(&publisher, 1..=5).await?;
+    publish_with(&publisher, 1..=5).await?;
+    assert_eq!(redis.stream_len(&stream).await?, 10);
+    let consumer = StreamConsumer::builder(
+        db.store().clone(),
+        redis.url(),
+        &stream,
+        "shipping",
+        Ship::default(),
+    )
+    .build()?;
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { consumer.run(shutdown).await }
+    });
+    until("every entry to be read and acked", async || {
+        let mut connection = redis.connection().await?;
+        let groups: redis::streams::StreamInfoGroupsReply = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg(&stream)
+            .query_async(&mut connection)
+            .await?;
+        Ok(groups
+            .groups
+            .iter()
+            .any(|group| group.entries_read == Some(10) && group.pending == 0))
+    })
+    .await?;
+    shutdown.cancel();
+    let report = running.await?.context("consumer run")?;
+    assert_eq!((report.applied, report.duplicates), (5, 5), "{report:?}");
+    assert_eq!(db.count("shipments").await?, 5);
     Ok(())
 }

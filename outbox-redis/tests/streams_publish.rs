@@ -1,5 +1,6 @@
 //! Publishing to Streams: the entry's fields, a replay inside the window,
-//! a foreign id, a batch, trimming, an unreachable server, settings refused.
+//! a foreign id, a batch, trimming, an unreachable server, settings refused;
+//! and the same without a dedup window.
 
 use diesel_outbox_postgres::outbox::BatchHandler as _;
 use diesel_outbox_postgres::outbox::{Delivery, OutboxId, Status, Store, Task, TaskId};
@@ -245,6 +246,14 @@ fn settings_that_cannot_work_are_refused_by_name() {
         ),
         "dedup_window"
     );
+    // No window at all is a choice, not a window too short.
+    assert!(
+        StreamPublisher::builder(url)
+            .route("a", 1, "s")
+            .without_dedup_window()
+            .build()
+            .is_ok()
+    );
     assert_eq!(
         field(
             StreamPublisher::builder(url)
@@ -330,4 +339,139 @@ async fn a_command_redis_refuses_for_good_fails_the_task_for_good() {
         .await
         .expect("publish");
     assert!(!added.replay);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_dedup_window_each_delivery_is_a_plain_add_and_a_replay_adds_again() {
+    let redis = TestRedis::create("redis_plain").await.expect("redis");
+    let stream = redis.name("orders");
+    let publisher = StreamPublisher::builder(redis.url())
+        .route("order.created", 1, &stream)
+        .without_dedup_window()
+        .build()
+        .expect("publisher");
+    let first = publisher
+        .publish(&delivery("a1", 1, "{\"order\":1}"))
+        .await
+        .expect("first");
+    let mut again = delivery("a1", 1, "{\"order\":1}");
+    again.attempt = 2;
+    let second = publisher.publish(&again).await.expect("replay");
+    // The replay is a second entry with the same message id; nothing is
+    // remembered for a window.
+    assert!(!first.replay && !second.replay);
+    assert_ne!(first.entry_id, second.entry_id);
+    let entries = redis.entries(&stream).await.expect("entries");
+    assert_eq!(entries.len(), 2);
+    for (n, (id, fields)) in entries.iter().enumerate() {
+        assert_eq!(
+            id,
+            if n == 0 {
+                &first.entry_id
+            } else {
+                &second.entry_id
+            }
+        );
+        assert_eq!(field(fields, MESSAGE_ID), Some("a1:1"));
+        assert_eq!(field(fields, "Outbox-Kind"), Some("order.created"));
+        assert_eq!(
+            fields.last().map(|(n, v)| (n.as_slice(), v.as_slice())),
+            Some((PAYLOAD.as_bytes(), &b"{\"order\":1}"[..]))
+        );
+    }
+    assert_eq!(
+        field(&entries[1].1, "Outbox-Attempt"),
+        Some("2"),
+        "the replay's own attempt"
+    );
+    let mut connection = redis.connection().await.expect("connection");
+    let remembered: i64 = redis::cmd("EXISTS")
+        .arg(dedup_key(&stream, "a1:1"))
+        .query_async(&mut connection)
+        .await
+        .expect("exists");
+    assert_eq!(remembered, 0);
+
+    // A batch: every add in one pipeline, in order; an unrouted delivery
+    // fails alone, for good.
+    let mut unrouted = delivery("a1", 12, "{}");
+    unrouted.task.kind = "order.paid".into();
+    let answers = publisher
+        .handle_batch(vec![
+            delivery("a1", 11, "{}"),
+            unrouted,
+            delivery("a1", 13, "{}"),
+        ])
+        .await;
+    assert!(answers[0].is_ok() && answers[2].is_ok(), "{answers:?}");
+    let error = answers[1].as_ref().expect_err("no route");
+    assert!(
+        error.is_permanent() && error.to_string().contains("no stream is routed"),
+        "{error}"
+    );
+    let entries = redis.entries(&stream).await.expect("entries");
+    let ids: Vec<&str> = entries
+        .iter()
+        .map(|(_, f)| field(f, MESSAGE_ID).unwrap_or(""))
+        .collect();
+    assert_eq!(ids, ["a1:1", "a1:1", "a1:11", "a1:13"]);
+
+    // A key of another type fails its adds for good, the others land.
+    let wrong = redis.name("wrong");
+    let _: () = redis::cmd("SET")
+        .arg(&wrong)
+        .arg("not a stream")
+        .query_async(&mut connection)
+        .await
+        .expect("set");
+    let mixed = StreamPublisher::builder(redis.url())
+        .route("order.created", 1, &stream)
+        .route("order.paid", 1, &wrong)
+        .without_dedup_window()
+        .build()
+        .expect("publisher");
+    let mut paid = delivery("a1", 22, "{}");
+    paid.task.kind = "order.paid".into();
+    let answers = mixed
+        .handle_batch(vec![delivery("a1", 21, "{}"), paid])
+        .await;
+    assert!(answers[0].is_ok(), "{answers:?}");
+    let error = answers[1].as_ref().expect_err("the key holds a string");
+    assert!(
+        error.is_permanent() && error.to_string().contains("WRONGTYPE"),
+        "{error}"
+    );
+    assert_eq!(redis.stream_len(&stream).await.expect("len"), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_dedup_window_max_len_trims_and_an_unreachable_server_fails_retryably() {
+    let redis = TestRedis::create("redis_plain_trim").await.expect("redis");
+    let stream = redis.name("orders");
+    let publisher = StreamPublisher::builder(redis.url())
+        .route("order.created", 1, &stream)
+        .max_len(10)
+        .without_dedup_window()
+        .build()
+        .expect("publisher");
+    let batch = (1..=500).map(|id| delivery("a1", id, "{}")).collect();
+    let answers = publisher.handle_batch(batch).await;
+    assert!(answers.iter().all(Result::is_ok));
+    let len = redis.stream_len(&stream).await.expect("len");
+    // `~` trims whole macro nodes (100 entries by default), never below 10.
+    assert!((10..=200).contains(&len), "{len}");
+
+    let unreachable = StreamPublisher::builder(closed_url())
+        .route("order.created", 1, "orders")
+        .without_dedup_window()
+        .build()
+        .expect("publisher");
+    let error = unreachable
+        .publish(&delivery("a1", 1, "{}"))
+        .await
+        .expect_err("nothing listens");
+    assert!(
+        !error.is_permanent() && error.to_string().contains("Redis"),
+        "{error}"
+    );
 }

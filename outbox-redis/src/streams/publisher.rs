@@ -1,5 +1,5 @@
 //! [`StreamPublisher`]: a batch handler that adds each delivery to a Redis
-//! stream once inside a dedup window.
+//! stream once inside a dedup window, or with a plain `XADD` without one.
 
 use std::{collections::HashMap, fmt, sync::Arc, time::Duration};
 
@@ -66,6 +66,12 @@ pub struct Added {
 /// tasks for good; one whose reply never came (Redis gone, a timeout)
 /// fails its tasks retryably: none is counted as sent, and the dedup
 /// window absorbs the retry of those added after all.
+///
+/// Where every consumer applies each message id once anyway (a
+/// [`StreamConsumer`](crate::StreamConsumer) does, through its inbox),
+/// [`without_dedup_window`](StreamPublisherBuilder::without_dedup_window)
+/// drops the window: each delivery is a plain `XADD`, in one pipeline for
+/// the batch, and a replay adds a second entry.
 #[derive(Clone)]
 pub struct StreamPublisher {
     inner: Arc<Inner>,
@@ -74,7 +80,8 @@ pub struct StreamPublisher {
 struct Inner {
     connection: Connection,
     routes: HashMap<HandlerKey, String>,
-    window: Duration,
+    /// The dedup window; none for plain `XADD`s.
+    window: Option<Duration>,
     max_len: Option<u64>,
     message_id_prefix: Option<String>,
     script: Script,
@@ -97,7 +104,7 @@ impl StreamPublisher {
         StreamPublisherBuilder {
             url: url.into(),
             routes: Vec::new(),
-            window: DEFAULT_DEDUP_WINDOW,
+            window: Some(DEFAULT_DEDUP_WINDOW),
             max_len: None,
             message_id_prefix: None,
         }
@@ -120,7 +127,8 @@ impl StreamPublisher {
         registry.batch_handler_for(self.inner.routes.keys(), self)
     }
 
-    /// Adds `delivery`'s entry once, or recognises its replay.
+    /// Adds `delivery`'s entry once, or recognises its replay (without a
+    /// dedup window: adds it, each time).
     ///
     /// Retryable: Redis unreachable, no reply in time, a busy or loading
     /// server. Permanent: a kind with no route, a header with a reserved
@@ -160,7 +168,9 @@ impl StreamPublisher {
     /// message's keys, then its identity and its entry's fields, written
     /// straight into the command.
     fn command(&self, batch: &[&Prepared<'_>]) -> redis::Cmd {
-        let window_ms = u64::try_from(self.inner.window.as_millis()).unwrap_or(u64::MAX);
+        let window_ms = self.inner.window.map_or(0, |window| {
+            u64::try_from(window.as_millis()).unwrap_or(u64::MAX)
+        });
         let mut command = redis::cmd("EVALSHA");
         command
             .arg(self.inner.script.get_hash())
@@ -191,6 +201,9 @@ impl StreamPublisher {
     /// delivery answered by its own part of its call's reply.
     async fn publish_all(&self, deliveries: &[Delivery]) -> Vec<Result<Added, HandlerError>> {
         let prepared: Vec<_> = deliveries.iter().map(|d| self.prepare(d)).collect();
+        if self.inner.window.is_none() {
+            return self.add_each(prepared).await;
+        }
         // The adds to send, grouped by stream in the order streams first
         // appear: one script call each.
         let mut streams: Vec<(&str, Vec<usize>)> = Vec::new();
@@ -310,6 +323,82 @@ impl StreamPublisher {
     }
 }
 
+impl StreamPublisher {
+    /// Adds every prepared delivery with a plain `XADD`, all of them in one
+    /// pipeline (one round trip), each answered by its own reply: what a
+    /// publisher without a dedup window does.
+    async fn add_each(
+        &self,
+        prepared: Vec<Result<Prepared<'_>, HandlerError>>,
+    ) -> Vec<Result<Added, HandlerError>> {
+        let adds: Vec<redis::Cmd> = prepared
+            .iter()
+            .filter_map(|prepared| prepared.as_ref().ok())
+            .map(|prepared| self.add(prepared))
+            .collect();
+        // Nothing to send (every kind unrouted): each fails for good,
+        // whether Redis is up or not.
+        if adds.is_empty() {
+            return prepared
+                .into_iter()
+                .map(|p| p.and(Err(HandlerError::retryable(anyhow::anyhow!("not sent")))))
+                .collect();
+        }
+        let count = adds.len();
+        let mut replies = match self.inner.connection.for_publishing().await {
+            Ok(mut connection) => pipelined(&mut connection, adds).await,
+            Err(error) => {
+                let error = redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "could not reach Redis",
+                    error.to_string(),
+                ));
+                (0..count).map(|_| Err(error.clone())).collect()
+            }
+        }
+        .into_iter();
+        prepared
+            .into_iter()
+            .map(|prepared| {
+                let prepared = prepared?;
+                let stream = prepared.stream;
+                let what = || format!("adding to stream `{stream}`");
+                let reply = replies
+                    .next()
+                    .ok_or_else(|| {
+                        HandlerError::retryable(anyhow::anyhow!("{}: no reply", what()))
+                    })?
+                    .map_err(|error| publish_failed(&what(), &error))?;
+                let entry_id = fields::bytes(&reply)
+                    .and_then(|id| String::from_utf8(id).ok())
+                    .ok_or_else(|| {
+                        HandlerError::retryable(anyhow::anyhow!(
+                            "{}: unexpected reply {reply:?}",
+                            what()
+                        ))
+                    })?;
+                Ok(Added {
+                    stream: stream.to_owned(),
+                    entry_id,
+                    replay: false,
+                })
+            })
+            .collect()
+    }
+
+    /// The plain `XADD` of `prepared`, trimming as `max_len` says.
+    fn add(&self, prepared: &Prepared<'_>) -> redis::Cmd {
+        let mut add = redis::cmd("XADD");
+        add.arg(prepared.stream);
+        if let Some(entries) = self.inner.max_len {
+            add.arg("MAXLEN").arg("~").arg(entries);
+        }
+        add.arg("*");
+        fields::write(&mut add, prepared.delivery, &prepared.message_id);
+        add
+    }
+}
+
 /// `commands` sent in one pipeline, each reply its own (a failure of the
 /// whole pipeline, a lost connection, answers each with it).
 async fn pipelined(
@@ -423,7 +512,7 @@ impl BatchHandler for StreamPublisher {
 pub struct StreamPublisherBuilder {
     url: String,
     routes: Vec<(HandlerKey, String)>,
-    window: Duration,
+    window: Option<Duration>,
     max_len: Option<u64>,
     message_id_prefix: Option<String>,
 }
@@ -447,7 +536,23 @@ impl StreamPublisherBuilder {
     /// completion write (the relay's lease, plus the retries of a Redis
     /// outage). At least one second, at most [`MAX_DEDUP_WINDOW`].
     pub fn dedup_window(mut self, window: Duration) -> Self {
-        self.window = window;
+        self.window = Some(window);
+        self
+    }
+
+    /// Keeps no dedup window: each delivery is a plain `XADD` (all of a
+    /// batch's in one pipeline), and no message id is remembered.
+    ///
+    /// A replay (a relay that crashed between the add and its completion
+    /// write, a retry whose reply was lost) then adds a second entry with
+    /// the same `message_id`, and two publishers that share message ids
+    /// (an explicit `message_id_prefix`) go unnoticed. Choose it where
+    /// every consumer applies each message id once, as a
+    /// [`StreamConsumer`](crate::StreamConsumer) does through its inbox:
+    /// Redis then does a fraction of the work per message and holds no key
+    /// per message for a window (docs/redis.md has the figures).
+    pub fn without_dedup_window(mut self) -> Self {
+        self.window = None;
         self
     }
 
@@ -476,7 +581,10 @@ impl StreamPublisherBuilder {
             wire::check_message_id_prefix(prefix)
                 .map_err(|reason| config("message_id_prefix", reason))?;
         }
-        if self.window < Duration::from_secs(1) || self.window > MAX_DEDUP_WINDOW {
+        if self
+            .window
+            .is_some_and(|window| window < Duration::from_secs(1) || window > MAX_DEDUP_WINDOW)
+        {
             return Err(config(
                 "dedup_window",
                 "must be at least one second and at most 30 days".into(),

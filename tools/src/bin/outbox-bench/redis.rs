@@ -213,6 +213,23 @@ async fn relay<B: Raw>(db: &B, count: u64, server: &Mutex<Vec<f64>>) -> anyhow::
     with_server_time(&sink.connection, "evalsha", count, server, run).await
 }
 
+/// The same as [`relay`] with a publisher that keeps no dedup window
+/// (plain `XADD`s); Redis's time per `XADD` goes to `server`.
+async fn relay_without_window<B: Raw>(
+    db: &B,
+    count: u64,
+    server: &Mutex<Vec<f64>>,
+) -> anyhow::Result<f64> {
+    pending(db, count).await?;
+    let sink = Stream::create("bench_redis_relay_plain").await?;
+    let publisher = StreamPublisher::builder(sink.redis.url())
+        .route(KIND, 1, &sink.stream)
+        .without_dedup_window()
+        .build()?;
+    let run = through_relay(db, &sink, publisher, count);
+    with_server_time(&sink.connection, "xadd", count, server, run).await
+}
+
 /// Tasks/s of pipelined `XADD`s of the relay's entries, [`IN_FLIGHT`] per
 /// pipeline, reading no database; Redis's time per `XADD` goes to
 /// `server`.
@@ -266,10 +283,12 @@ fn push(into: &Mutex<Vec<f64>>, figure: f64) -> anyhow::Result<()> {
 }
 
 /// The relay with the Streams publisher against the overlapping
-/// hand-written publisher (target 0.90x) and raw pipelined `XADD`s; and
-/// Redis's own time per message in the publisher's script (which remembers
-/// each message id for the dedup window and adds the entry) against a
-/// plain `XADD` of the same entry.
+/// hand-written publisher (target 0.90x) and raw pipelined `XADD`s; the
+/// same hand-written publisher running the publisher's script; the relay
+/// with a publisher that keeps no dedup window; and Redis's own time per
+/// message in the publisher's script (which remembers each message id for
+/// the dedup window and adds the entry) and without it, against a plain
+/// `XADD` of the same entry.
 pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<Figure>> {
     let names = Names {
         broker: "Redis Streams",
@@ -278,8 +297,12 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
         hand_written: "hand-written publisher, 2 connections: claim next, pipeline XADDs, complete previous at once",
     };
     let (script, adds) = (Mutex::new(Vec::new()), Mutex::new(Vec::new()));
-    let scripted = Mutex::new(Vec::new());
-    let (adding, scripting) = (&adds, &scripted);
+    let (scripted, plain, plain_adds) = (
+        Mutex::new(Vec::new()),
+        Mutex::new(Vec::new()),
+        Mutex::new(Vec::new()),
+    );
+    let (adding, scripting, plainly, plain_adding) = (&adds, &scripted, &plain, &plain_adds);
     let mut figures = against_hand_written(
         db,
         plan,
@@ -287,11 +310,14 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
         0.90,
         |count| relay(db, count, &script),
         // Each run's raw step also runs the hand-written publisher with the
-        // publisher's script, so that its runs interleave with the others.
+        // publisher's script, and the relay without a dedup window, so
+        // that their runs interleave with the others.
         |count| async move {
             let rate = raw(count, adding).await?;
             let once = scripted_overlapping(db, count).await?;
             push(scripting, once)?;
+            let without = relay_without_window(db, count, plain_adding).await?;
+            push(plainly, without)?;
             Ok(rate)
         },
         || Stream::create("bench_redis_overlap"),
@@ -303,10 +329,10 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
             .map(|times| median(&times))
             .map_err(|_| anyhow::anyhow!("a run panicked"))
     };
-    let scripted = taken(scripted)?;
-    let library = figures
+    let (scripted, plain, plain_adds) = (taken(scripted)?, taken(plain)?, taken(plain_adds)?);
+    let (library, overlapping) = figures
         .first()
-        .map(|relay| relay.library)
+        .map(|relay| (relay.library, relay.baseline))
         .ok_or_else(|| anyhow::anyhow!("no relay figure"))?;
     figures.push(Figure {
         backend: B::NAME,
@@ -325,6 +351,23 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
         cpu: None,
         plot: Plot::None,
     });
+    figures.push(Figure {
+        backend: B::NAME,
+        scenario: format!(
+            "publish {} to Redis Streams through the relay without a dedup window, against a hand-written publisher overlapping its round trips",
+            plan.nats_tasks
+        ),
+        unit: "tasks/s",
+        library: plain,
+        baseline: overlapping,
+        ratio: plain / overlapping,
+        higher_is_better: true,
+        runs: plan.runs,
+        target: None,
+        baseline_name: names.hand_written,
+        cpu: None,
+        plot: Plot::None,
+    });
     let (script, adds) = (taken(script)?, taken(adds)?);
     figures.push(Figure {
         backend: B::NAME,
@@ -336,6 +379,23 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
         library: script,
         baseline: adds,
         ratio: script / adds,
+        higher_is_better: false,
+        runs: plan.runs,
+        target: None,
+        baseline_name: "raw XADD, 256 per pipeline",
+        cpu: None,
+        plot: Plot::None,
+    });
+    figures.push(Figure {
+        backend: B::NAME,
+        scenario: format!(
+            "publish {} to Redis Streams: Redis's time per message, the publisher without a dedup window (XADD) against XADD",
+            plan.nats_tasks
+        ),
+        unit: "us Redis/message",
+        library: plain_adds,
+        baseline: adds,
+        ratio: plain_adds / adds,
         higher_is_better: false,
         runs: plan.runs,
         target: None,
