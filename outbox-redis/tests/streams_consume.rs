@@ -12,7 +12,8 @@ use diesel_outbox_postgres::outbox::{
     CancellationToken, Delivery, HandlerError, Inbox, OutboxId, RetryPolicy, Task, TaskId,
 };
 use diesel_outbox_redis::{
-    ConsumeHandler, DEAD_DELIVERED, DEAD_REASON, Incoming, StreamConsumer, StreamPublisher,
+    ConsumeHandler, ConsumerReport, DEAD_DELIVERED, DEAD_REASON, Incoming, RedisError,
+    StreamConsumer, StreamPublisher,
 };
 use diesel_outbox_testkit::{TestBackend, postgres::PgTestDb, redis::TestRedis};
 
@@ -76,6 +77,35 @@ async fn publish_with(
     Ok(())
 }
 
+/// A database named after `name` with the inbox and a `shipments` table,
+/// and a Redis prefix of the same name.
+async fn shipping(name: &str) -> anyhow::Result<(PgTestDb, TestRedis)> {
+    let db = PgTestDb::create(name).await?;
+    db.migrate_inbox().await?;
+    db.execute_sql("CREATE TABLE shipments (order_id BIGINT NOT NULL)")
+        .await?;
+    Ok((db, TestRedis::create(name).await?))
+}
+
+/// Runs `consumer` in a task of its own until the token is cancelled.
+fn start<I, H>(
+    consumer: StreamConsumer<I, H>,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<Result<ConsumerReport, RedisError>>,
+)
+where
+    I: Inbox + 'static,
+    H: ConsumeHandler<I::Conn> + 'static,
+{
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { consumer.run(shutdown).await }
+    });
+    (shutdown, running)
+}
+
 fn no_delay() -> RetryPolicy {
     RetryPolicy::new(Duration::ZERO, Duration::ZERO, 0.0).expect("policy")
 }
@@ -112,11 +142,7 @@ fn field(fields: &[(Vec<u8>, Vec<u8>)], name: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_entry_applies_once_and_what_cannot_apply_is_dead_lettered() -> anyhow::Result<()> {
-    let db = PgTestDb::create("redis_consume").await?;
-    db.migrate_inbox().await?;
-    db.execute_sql("CREATE TABLE shipments (order_id BIGINT NOT NULL)")
-        .await?;
-    let redis = TestRedis::create("redis_consume").await?;
+    let (db, redis) = shipping("redis_consume").await?;
     let stream = redis.name("orders");
     publish(redis.url(), &stream, 1..=20).await?;
     // Entries other programs wrote: no outbox fields; a NUL and invalid
@@ -176,11 +202,7 @@ async fn each_entry_applies_once_and_what_cannot_apply_is_dead_lettered() -> any
     .build()?;
     let dead = consumer.dead_letter().to_owned();
     assert_eq!(dead, format!("{stream}:dead"));
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { consumer.run(shutdown).await }
-    });
+    let (shutdown, running) = start(consumer);
     // 18 applied and the one recorded before; the strangers and order 7 dead.
     until("every entry to be answered", async || {
         Ok(
@@ -254,11 +276,7 @@ async fn each_entry_applies_once_and_what_cannot_apply_is_dead_lettered() -> any
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entries_a_dead_member_left_pending_are_claimed_and_applied_once() -> anyhow::Result<()> {
-    let db = PgTestDb::create("redis_claim").await?;
-    db.migrate_inbox().await?;
-    db.execute_sql("CREATE TABLE shipments (order_id BIGINT NOT NULL)")
-        .await?;
-    let redis = TestRedis::create("redis_claim").await?;
+    let (db, redis) = shipping("redis_claim").await?;
     let stream = redis.name("orders");
     let group = "shipping";
     let mut connection = redis.connection().await?;
@@ -295,11 +313,7 @@ async fn entries_a_dead_member_left_pending_are_claimed_and_applied_once() -> an
     .claim_idle(Duration::from_millis(1500))
     .handler_timeout(Duration::from_millis(700))
     .build()?;
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { consumer.run(shutdown).await }
-    });
+    let (shutdown, running) = start(consumer);
     until("all ten to be applied", async || {
         Ok(db.count("shipments").await? == 10)
     })
@@ -391,11 +405,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_most_concurrency_entries_are_in_hand_and_shutdown_finishes_them() -> anyhow::Result<()>
 {
-    let db = PgTestDb::create("redis_shutdown").await?;
-    db.migrate_inbox().await?;
-    db.execute_sql("CREATE TABLE shipments (order_id BIGINT NOT NULL)")
-        .await?;
-    let redis = TestRedis::create("redis_shutdown").await?;
+    let (db, redis) = shipping("redis_shutdown").await?;
     let stream = redis.name("orders");
     publish(redis.url(), &stream, 1..=30).await?;
     let gate = std::sync::Arc::new(Gate {
@@ -412,11 +422,7 @@ async fn at_most_concurrency_entries_are_in_hand_and_shutdown_finishes_them() ->
     )
     .concurrency(3)
     .build()?;
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { consumer.run(shutdown).await }
-    });
+    let (shutdown, running) = start(consumer);
     // Ten go through; then three are in hand when shutdown is asked for.
     gate.release.add_permits(10);
     until("ten applied and three more in hand", async || {
@@ -456,11 +462,7 @@ async fn at_most_concurrency_entries_are_in_hand_and_shutdown_finishes_them() ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_found_gone_is_created_again_and_reading_goes_on() -> anyhow::Result<()> {
-    let db = PgTestDb::create("redis_nogroup").await?;
-    db.migrate_inbox().await?;
-    db.execute_sql("CREATE TABLE shipments (order_id BIGINT NOT NULL)")
-        .await?;
-    let redis = TestRedis::create("redis_nogroup").await?;
+    let (db, redis) = shipping("redis_nogroup").await?;
     let stream = redis.name("orders");
     publish(redis.url(), &stream, 1..=5).await?;
     let consumer = StreamConsumer::builder(
@@ -471,11 +473,7 @@ async fn a_group_found_gone_is_created_again_and_reading_goes_on() -> anyhow::Re
         Ship::default(),
     )
     .build()?;
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { consumer.run(shutdown).await }
-    });
+    let (shutdown, running) = start(consumer);
     until("the first five", async || {
         Ok(db.count("shipments").await? == 5)
     })
@@ -544,11 +542,7 @@ async fn an_entry_whose_dead_letter_copy_fails_stays_pending_until_it_can_be_cop
     .claim_idle(Duration::from_millis(1500))
     .handler_timeout(Duration::from_millis(700))
     .build()?;
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { consumer.run(shutdown).await }
-    });
+    let (shutdown, running) = start(consumer);
     let group_pending = async || pending(&redis, &stream, "shipping").await;
     // Given up, the copy fails, so it is handed back: still pending, and
     // tried again after a claim.
@@ -586,11 +580,7 @@ async fn an_entry_whose_dead_letter_copy_fails_stays_pending_until_it_can_be_cop
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replays_a_publisher_without_a_dedup_window_added_apply_once() -> anyhow::Result<()> {
-    let db = PgTestDb::create("redis_consume_plain").await?;
-    db.migrate_inbox().await?;
-    db.execute_sql("CREATE TABLE shipments (order_id BIGINT NOT NULL)")
-        .await?;
-    let redis = TestRedis::create("redis_consume_plain").await?;
+    let (db, redis) = shipping("redis_consume_plain").await?;
     let stream = redis.name("orders");
     let publisher = StreamPublisher::builder(redis.url())
         .route("order.created", 1, &stream)
@@ -609,11 +599,7 @@ async fn replays_a_publisher_without_a_dedup_window_added_apply_once() -> anyhow
         Ship::default(),
     )
     .build()?;
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { consumer.run(shutdown).await }
-    });
+    let (shutdown, running) = start(consumer);
     until("every entry to be read and acked", async || {
         let mut connection = redis.connection().await?;
         let groups: redis::streams::StreamInfoGroupsReply = redis::cmd("XINFO")

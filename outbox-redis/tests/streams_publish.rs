@@ -161,15 +161,20 @@ async fn a_batch_lands_in_order_and_an_unrouted_delivery_fails_alone() {
         expected.iter().map(String::as_str).collect::<Vec<_>>()
     );
 
-    // One batch of three, the middle one of a kind with no route: it alone
-    // fails, for good; the others land.
-    let mut unrouted = delivery("a1", 102, "{}");
+    an_unrouted_delivery_fails_alone(&publisher, 101).await;
+    assert_eq!(redis.stream_len(&stream).await.expect("len"), 22);
+}
+
+/// One batch of three from task `first` on, the middle one of a kind with
+/// no route: it alone fails, for good; the others are answered `Ok`.
+async fn an_unrouted_delivery_fails_alone(publisher: &StreamPublisher, first: i64) {
+    let mut unrouted = delivery("a1", first + 1, "{}");
     unrouted.task.kind = "order.paid".into();
     let answers = publisher
         .handle_batch(vec![
-            delivery("a1", 101, "{}"),
+            delivery("a1", first, "{}"),
             unrouted,
-            delivery("a1", 103, "{}"),
+            delivery("a1", first + 2, "{}"),
         ])
         .await;
     assert!(answers[0].is_ok() && answers[2].is_ok(), "{answers:?}");
@@ -178,27 +183,33 @@ async fn a_batch_lands_in_order_and_an_unrouted_delivery_fails_alone() {
         error.is_permanent() && error.to_string().contains("no stream is routed"),
         "{error}"
     );
-    assert_eq!(redis.stream_len(&stream).await.expect("len"), 22);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn max_len_trims_the_stream_as_it_adds() {
+async fn max_len_trims_the_stream_as_it_adds_with_a_window_or_without() {
     let redis = TestRedis::create("redis_trim").await.expect("redis");
-    let stream = redis.name("orders");
-    let publisher = StreamPublisher::builder(redis.url())
-        .route("order.created", 1, &stream)
-        .max_len(10)
+    for (stream, windowed) in [("orders", true), ("plain", false)] {
+        let stream = redis.name(stream);
+        let builder = StreamPublisher::builder(redis.url())
+            .route("order.created", 1, &stream)
+            .max_len(10);
+        let publisher = if windowed {
+            builder
+        } else {
+            builder.without_dedup_window()
+        }
         .build()
         .expect("publisher");
-    for id in 1..=500 {
-        publisher
-            .publish(&delivery("a1", id, "{}"))
-            .await
-            .expect("publish");
+        for id in 1..=500 {
+            publisher
+                .publish(&delivery("a1", id, "{}"))
+                .await
+                .expect("publish");
+        }
+        let len = redis.stream_len(&stream).await.expect("len");
+        // `~` trims whole macro nodes (100 entries by default), never below 10.
+        assert!((10..=200).contains(&len), "{windowed}: {len}");
     }
-    let len = redis.stream_len(&stream).await.expect("len");
-    // `~` trims whole macro nodes (100 entries by default), never below 10.
-    assert!((10..=200).contains(&len), "{len}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -392,23 +403,8 @@ async fn without_a_dedup_window_each_delivery_is_a_plain_add_and_a_replay_adds_a
         .expect("exists");
     assert_eq!(remembered, 0);
 
-    // A batch: every add in one pipeline, in order; an unrouted delivery
-    // fails alone, for good.
-    let mut unrouted = delivery("a1", 12, "{}");
-    unrouted.task.kind = "order.paid".into();
-    let answers = publisher
-        .handle_batch(vec![
-            delivery("a1", 11, "{}"),
-            unrouted,
-            delivery("a1", 13, "{}"),
-        ])
-        .await;
-    assert!(answers[0].is_ok() && answers[2].is_ok(), "{answers:?}");
-    let error = answers[1].as_ref().expect_err("no route");
-    assert!(
-        error.is_permanent() && error.to_string().contains("no stream is routed"),
-        "{error}"
-    );
+    // A batch: every add in one pipeline, in order.
+    an_unrouted_delivery_fails_alone(&publisher, 11).await;
     let entries = redis.entries(&stream).await.expect("entries");
     let ids: Vec<&str> = entries
         .iter()
@@ -445,22 +441,7 @@ async fn without_a_dedup_window_each_delivery_is_a_plain_add_and_a_replay_adds_a
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_a_dedup_window_max_len_trims_and_an_unreachable_server_fails_retryably() {
-    let redis = TestRedis::create("redis_plain_trim").await.expect("redis");
-    let stream = redis.name("orders");
-    let publisher = StreamPublisher::builder(redis.url())
-        .route("order.created", 1, &stream)
-        .max_len(10)
-        .without_dedup_window()
-        .build()
-        .expect("publisher");
-    let batch = (1..=500).map(|id| delivery("a1", id, "{}")).collect();
-    let answers = publisher.handle_batch(batch).await;
-    assert!(answers.iter().all(Result::is_ok));
-    let len = redis.stream_len(&stream).await.expect("len");
-    // `~` trims whole macro nodes (100 entries by default), never below 10.
-    assert!((10..=200).contains(&len), "{len}");
-
+async fn without_a_dedup_window_an_unreachable_server_fails_retryably() {
     let unreachable = StreamPublisher::builder(closed_url())
         .route("order.created", 1, "orders")
         .without_dedup_window()

@@ -334,74 +334,61 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
         .first()
         .map(|relay| (relay.library, relay.baseline))
         .ok_or_else(|| anyhow::anyhow!("no relay figure"))?;
-    figures.push(Figure {
+    let count = plan.nats_tasks;
+    // A figure without a target: a rate (tasks/s) or Redis's time per
+    // message, against `baseline`.
+    let figure = |scenario: String, unit, library: f64, baseline: f64, baseline_name| Figure {
         backend: B::NAME,
-        scenario: format!(
-            "publish {} to Redis Streams through the relay, against a hand-written publisher overlapping its round trips and running the same dedup script",
-            plan.nats_tasks
-        ),
-        unit: "tasks/s",
+        scenario,
+        unit,
         library,
-        baseline: scripted,
-        ratio: library / scripted,
-        higher_is_better: true,
+        baseline,
+        ratio: library / baseline,
+        higher_is_better: unit == "tasks/s",
         runs: plan.runs,
         target: None,
-        baseline_name: "hand-written publisher, 2 connections: claim next, the publisher's script for each batch, complete previous at once",
+        baseline_name,
         cpu: None,
         plot: Plot::None,
-    });
-    figures.push(Figure {
-        backend: B::NAME,
-        scenario: format!(
-            "publish {} to Redis Streams through the relay without a dedup window, against a hand-written publisher overlapping its round trips",
-            plan.nats_tasks
-        ),
-        unit: "tasks/s",
-        library: plain,
-        baseline: overlapping,
-        ratio: plain / overlapping,
-        higher_is_better: true,
-        runs: plan.runs,
-        target: None,
-        baseline_name: names.hand_written,
-        cpu: None,
-        plot: Plot::None,
-    });
+    };
     let (script, adds) = (taken(script)?, taken(adds)?);
-    figures.push(Figure {
-        backend: B::NAME,
-        scenario: format!(
-            "publish {} to Redis Streams: Redis's time per message, the publisher's script (GET, XADD, SET) against XADD",
-            plan.nats_tasks
+    figures.extend([
+        figure(
+            format!(
+                "publish {count} to Redis Streams through the relay, against a hand-written publisher overlapping its round trips and running the same dedup script"
+            ),
+            "tasks/s",
+            library,
+            scripted,
+            "hand-written publisher, 2 connections: claim next, the publisher's script for each batch, complete previous at once",
         ),
-        unit: "us Redis/message",
-        library: script,
-        baseline: adds,
-        ratio: script / adds,
-        higher_is_better: false,
-        runs: plan.runs,
-        target: None,
-        baseline_name: "raw XADD, 256 per pipeline",
-        cpu: None,
-        plot: Plot::None,
-    });
-    figures.push(Figure {
-        backend: B::NAME,
-        scenario: format!(
-            "publish {} to Redis Streams: Redis's time per message, the publisher without a dedup window (XADD) against XADD",
-            plan.nats_tasks
+        figure(
+            format!(
+                "publish {count} to Redis Streams through the relay without a dedup window, against a hand-written publisher overlapping its round trips"
+            ),
+            "tasks/s",
+            plain,
+            overlapping,
+            names.hand_written,
         ),
-        unit: "us Redis/message",
-        library: plain_adds,
-        baseline: adds,
-        ratio: plain_adds / adds,
-        higher_is_better: false,
-        runs: plan.runs,
-        target: None,
-        baseline_name: "raw XADD, 256 per pipeline",
-        cpu: None,
-        plot: Plot::None,
-    });
+        figure(
+            format!(
+                "publish {count} to Redis Streams: Redis's time per message, the publisher's script (GET, XADD, SET) against XADD"
+            ),
+            "us Redis/message",
+            script,
+            adds,
+            names.raw,
+        ),
+        figure(
+            format!(
+                "publish {count} to Redis Streams: Redis's time per message, the publisher without a dedup window (XADD) against XADD"
+            ),
+            "us Redis/message",
+            plain_adds,
+            adds,
+            names.raw,
+        ),
+    ]);
     Ok(figures)
 }
