@@ -164,13 +164,11 @@ impl StreamPublisher {
         })
     }
 
-    /// The script's `EVALSHA` for `batch`, adds to one stream: every
-    /// message's keys, then its identity and its entry's fields, written
-    /// straight into the command.
-    fn command(&self, batch: &[&Prepared<'_>]) -> redis::Cmd {
-        let window_ms = self.inner.window.map_or(0, |window| {
-            u64::try_from(window.as_millis()).unwrap_or(u64::MAX)
-        });
+    /// The script's `EVALSHA` for `batch`, adds to one stream remembering
+    /// each message id for `window`: every message's keys, then its
+    /// identity and its entry's fields, written straight into the command.
+    fn command(&self, batch: &[&Prepared<'_>], window: Duration) -> redis::Cmd {
+        let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
         let mut command = redis::cmd("EVALSHA");
         command
             .arg(self.inner.script.get_hash())
@@ -198,12 +196,14 @@ impl StreamPublisher {
 
     /// Publishes every delivery: one script call per stream, all of them in
     /// one pipeline on the multiplexed connection (one round trip), each
-    /// delivery answered by its own part of its call's reply.
+    /// delivery answered by its own part of its call's reply; without a
+    /// dedup window, one plain `XADD` each, in one pipeline
+    /// ([`add_each`](Self::add_each)).
     async fn publish_all(&self, deliveries: &[Delivery]) -> Vec<Result<Added, HandlerError>> {
         let prepared: Vec<_> = deliveries.iter().map(|d| self.prepare(d)).collect();
-        if self.inner.window.is_none() {
+        let Some(window) = self.inner.window else {
             return self.add_each(prepared).await;
-        }
+        };
         // The adds to send, grouped by stream in the order streams first
         // appear: one script call each.
         let mut streams: Vec<(&str, Vec<usize>)> = Vec::new();
@@ -236,7 +236,7 @@ impl StreamPublisher {
             })
             .collect();
         let replies = match self.inner.connection.for_publishing().await {
-            Ok(mut connection) => self.send(&mut connection, &batches).await,
+            Ok(mut connection) => self.send(&mut connection, &batches, window).await,
             Err(error) => {
                 let error = redis::RedisError::from((
                     redis::ErrorKind::Io,
@@ -296,8 +296,12 @@ impl StreamPublisher {
         &self,
         connection: &mut redis::aio::ConnectionManager,
         batches: &[Vec<&Prepared<'_>>],
+        window: Duration,
     ) -> Vec<redis::RedisResult<Value>> {
-        let calls = batches.iter().map(|batch| self.command(batch)).collect();
+        let calls = batches
+            .iter()
+            .map(|batch| self.command(batch, window))
+            .collect();
         let mut replies = pipelined(connection, calls).await;
         let lost: Vec<usize> = replies
             .iter()
@@ -314,7 +318,10 @@ impl StreamPublisher {
             }
             return replies;
         }
-        let calls = lost.iter().map(|n| self.command(&batches[*n])).collect();
+        let calls = lost
+            .iter()
+            .map(|n| self.command(&batches[*n], window))
+            .collect();
         let again = pipelined(connection, calls).await;
         for (n, reply) in lost.into_iter().zip(again) {
             replies[n] = reply;
@@ -344,19 +351,17 @@ impl StreamPublisher {
                 .map(|p| p.and(Err(HandlerError::retryable(anyhow::anyhow!("not sent")))))
                 .collect();
         }
-        let count = adds.len();
         let mut replies = match self.inner.connection.for_publishing().await {
-            Ok(mut connection) => pipelined(&mut connection, adds).await,
+            Ok(mut connection) => pipelined(&mut connection, adds).await.into_iter(),
+            // Not connected: every add fails as the connection did.
             Err(error) => {
-                let error = redis::RedisError::from((
-                    redis::ErrorKind::Io,
-                    "could not reach Redis",
-                    error.to_string(),
-                ));
-                (0..count).map(|_| Err(error.clone())).collect()
+                let text = error.to_string();
+                return prepared
+                    .into_iter()
+                    .map(|p| p.and(Err(HandlerError::retryable(anyhow::anyhow!("{text}")))))
+                    .collect();
             }
-        }
-        .into_iter();
+        };
         prepared
             .into_iter()
             .map(|prepared| {
@@ -492,8 +497,8 @@ impl Handler for StreamPublisher {
 
 /// Sends the batch's adds as one script call per stream, in one pipeline
 /// on the multiplexed connection: the batch costs about one round trip and
-/// one script run. Each delivery's
-/// answer is its own reply, checked as
+/// one script run (without a dedup window, one plain `XADD` per delivery,
+/// in one pipeline). Each delivery's answer is its own reply, checked as
 /// [`publish`](StreamPublisher::publish) checks it.
 #[async_trait]
 impl BatchHandler for StreamPublisher {
@@ -541,16 +546,21 @@ impl StreamPublisherBuilder {
     }
 
     /// Keeps no dedup window: each delivery is a plain `XADD` (all of a
-    /// batch's in one pipeline), and no message id is remembered.
+    /// batch's in one pipeline), and no message id is remembered. It and
+    /// [`dedup_window`](Self::dedup_window) undo each other: the last one
+    /// called holds.
     ///
     /// A replay (a relay that crashed between the add and its completion
     /// write, a retry whose reply was lost) then adds a second entry with
-    /// the same `message_id`, and two publishers that share message ids
-    /// (an explicit `message_id_prefix`) go unnoticed. Choose it where
-    /// every consumer applies each message id once, as a
-    /// [`StreamConsumer`](crate::StreamConsumer) does through its inbox:
-    /// Redis then does a fraction of the work per message and holds no key
-    /// per message for a window (docs/redis.md has the figures).
+    /// the same `message_id`. Two publishers that share message ids (the
+    /// same explicit `message_id_prefix`) are no longer caught: both
+    /// entries are added, and a consumer's inbox drops the second as a
+    /// duplicate without applying it, so leave the prefix unset unless
+    /// every publisher has its own. Choose it where every consumer applies
+    /// each message id once, as a [`StreamConsumer`](crate::StreamConsumer)
+    /// does through its inbox: Redis then spends less of its processor
+    /// time per message and holds no key per message for a window
+    /// (docs/redis.md has the figures).
     pub fn without_dedup_window(mut self) -> Self {
         self.window = None;
         self
