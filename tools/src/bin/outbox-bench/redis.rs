@@ -1,11 +1,11 @@
 //! Redis Streams: publishing through the relay against pipelined raw
-//! `XADD`s, and against the publisher a user writes by hand; and the time
-//! Redis itself spends on each message, the publisher's script against a
-//! plain `XADD`.
+//! `XADD`s, and against the publisher a user writes by hand; and Redis's
+//! own processor time per message, the publisher's script against a plain
+//! `XADD`.
 
-use std::{sync::Mutex, time::Instant};
+use std::{ops::RangeInclusive, sync::Mutex, time::Instant};
 
-use diesel_outbox_core::wire;
+use diesel_outbox_core::{Store as _, wire};
 use diesel_outbox_redis::StreamPublisher;
 use diesel_outbox_testkit::redis::TestRedis;
 use redis::aio::MultiplexedConnection;
@@ -21,15 +21,17 @@ use super::{
     stats::median,
 };
 
-/// A stream of one run and a connection to add to it by hand.
+/// A stream of one run and a connection to add to it by hand, with the
+/// id of the outbox whose tasks it takes.
 struct Stream {
     redis: TestRedis,
     stream: String,
     connection: MultiplexedConnection,
+    outbox: String,
 }
 
 impl Stream {
-    async fn create(name: &str) -> anyhow::Result<Self> {
+    async fn create(name: &str, outbox: &str) -> anyhow::Result<Self> {
         let redis = TestRedis::create(name).await?;
         let stream = redis.name("stream");
         let connection = redis.connection().await?;
@@ -37,6 +39,7 @@ impl Stream {
             redis,
             stream,
             connection,
+            outbox: outbox.to_owned(),
         })
     }
 
@@ -46,7 +49,7 @@ impl Stream {
     fn add(&self, id: i64, payload: &[u8]) -> redis::Cmd {
         let mut add = redis::cmd("XADD");
         add.arg(&self.stream).arg("*");
-        entry(&mut add, id, payload);
+        entry(&mut add, &self.outbox, id, payload);
         add
     }
 
@@ -64,12 +67,13 @@ impl Stream {
 /// How many arguments [`entry`] appends.
 const ENTRY_ARGS: usize = 14;
 
-/// Appends the fields of task `id`'s entry to `command`: its message id,
-/// the outbox fields, the payload last.
-fn entry(command: &mut redis::Cmd, id: i64, payload: &[u8]) {
+/// Appends the fields of the entry of task `id` of `outbox` to `command`,
+/// as the relay's publisher writes them: its message id, the outbox
+/// fields, the payload last.
+fn entry(command: &mut redis::Cmd, outbox: &str, id: i64, payload: &[u8]) {
     command
         .arg("message_id")
-        .arg(message_id(id))
+        .arg(message_id(outbox, id))
         .arg(wire::TASK_ID)
         .arg(id)
         .arg(wire::KIND)
@@ -79,14 +83,14 @@ fn entry(command: &mut redis::Cmd, id: i64, payload: &[u8]) {
         .arg(wire::ATTEMPT)
         .arg(1)
         .arg(wire::SOURCE)
-        .arg("outbox")
+        .arg(outbox)
         .arg("payload")
         .arg(payload);
 }
 
-/// The message id of task `id`.
-fn message_id(id: i64) -> String {
-    format!("outbox:{id}")
+/// The message id of task `id` of `outbox`.
+fn message_id(outbox: &str, id: i64) -> String {
+    format!("{outbox}:{id}")
 }
 
 impl Sink for Stream {
@@ -121,8 +125,8 @@ struct OnceStream {
 }
 
 impl OnceStream {
-    async fn create(name: &str) -> anyhow::Result<Self> {
-        let stream = Stream::create(name).await?;
+    async fn create(name: &str, outbox: &str) -> anyhow::Result<Self> {
+        let stream = Stream::create(name, outbox).await?;
         let sha: String = redis::cmd("SCRIPT")
             .arg("LOAD")
             .arg(ADD_ONCE)
@@ -134,18 +138,21 @@ impl OnceStream {
 
 impl Sink for OnceStream {
     async fn publish_batch(&self, claimed: Vec<Claimed>) -> anyhow::Result<Vec<i64>> {
-        let stream = &self.stream.stream;
+        let (stream, outbox) = (&self.stream.stream, &self.stream.outbox);
         let mut call = redis::cmd("EVALSHA");
         call.arg(&self.sha).arg(2 * claimed.len());
         for row in &claimed {
-            call.arg(diesel_outbox_redis::dedup_key(stream, &message_id(row.id)))
-                .arg(stream);
+            call.arg(diesel_outbox_redis::dedup_key(
+                stream,
+                &message_id(outbox, row.id),
+            ))
+            .arg(stream);
         }
         call.arg(WINDOW_MS).arg(0);
         for row in &claimed {
-            call.arg(format!("outbox {} {KIND}", row.id))
+            call.arg(format!("{outbox} {} {KIND}", row.id))
                 .arg(ENTRY_ARGS);
-            entry(&mut call, row.id, &row.payload);
+            entry(&mut call, outbox, row.id, &row.payload);
         }
         // One reply per message: {added, entry id, same task}.
         let replies: Vec<(i64, String, i64)> = call
@@ -165,52 +172,98 @@ impl Sink for OnceStream {
     }
 }
 
-/// Microseconds Redis has spent running `command` since it started, for
-/// every client (its `INFO commandstats`); 0 if it never ran.
-async fn server_usec(connection: &MultiplexedConnection, command: &str) -> anyhow::Result<u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut connection.clone())
-        .await?;
-    let prefix = format!("cmdstat_{command}:");
-    let Some(line) = info.lines().find_map(|line| line.strip_prefix(&prefix)) else {
-        return Ok(0);
-    };
-    let usec = line
-        .split(',')
-        .find_map(|field| field.strip_prefix("usec="))
-        .ok_or_else(|| anyhow::anyhow!("no usec in Redis's stats of {command}: {line}"))?;
-    Ok(usec.parse()?)
-}
-
-/// Redis's time per message of `count` added while `run` ran, from its
-/// stats of `command`; pushed to `into` beside `run`'s rate, returned.
-async fn with_server_time(
+/// What Redis has done since it started: its main thread's processor
+/// time in microseconds (`INFO cpu`), and how many times it ran `command`
+/// (`INFO commandstats`), for every client.
+async fn server_work(
     connection: &MultiplexedConnection,
     command: &str,
+) -> anyhow::Result<(f64, u64)> {
+    let info = |section: &'static str| {
+        let mut connection = connection.clone();
+        async move {
+            redis::cmd("INFO")
+                .arg(section)
+                .query_async::<String>(&mut connection)
+                .await
+        }
+    };
+    let cpu = info("cpu").await?;
+    let seconds = |name: &str| -> anyhow::Result<f64> {
+        let prefix = format!("{name}:");
+        let value = cpu
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .ok_or_else(|| anyhow::anyhow!("Redis's INFO cpu has no {name}"))?;
+        Ok(value.trim().parse()?)
+    };
+    let cpu_us =
+        (seconds("used_cpu_user_main_thread")? + seconds("used_cpu_sys_main_thread")?) * 1e6;
+    let stats = info("commandstats").await?;
+    let prefix = format!("cmdstat_{command}:calls=");
+    let calls = match stats.lines().find_map(|line| line.strip_prefix(&prefix)) {
+        Some(rest) => rest
+            .split(',')
+            .next()
+            .unwrap_or_default()
+            .parse()
+            .map_err(|e| anyhow::anyhow!("Redis's stats of {command}: {e}"))?,
+        None => 0,
+    };
+    Ok((cpu_us, calls))
+}
+
+/// Redis's processor time per message of `count` added while `run` ran,
+/// pushed to `into` beside `run`'s rate, which it returns. Fails unless
+/// Redis ran the command `calls` names a number of times in its range
+/// meanwhile: more says another client shared the server, and its
+/// processor time with it.
+async fn with_server_time(
+    connection: &MultiplexedConnection,
+    (command, calls): (&str, RangeInclusive<u64>),
     count: u64,
     into: &Mutex<Vec<f64>>,
     run: impl Future<Output = anyhow::Result<f64>>,
 ) -> anyhow::Result<f64> {
-    let before = server_usec(connection, command).await?;
+    let (cpu_before, calls_before) = server_work(connection, command).await?;
     let rate = run.await?;
-    let spent = server_usec(connection, command)
-        .await?
-        .saturating_sub(before);
-    push(into, spent as f64 / count as f64)?;
+    let (cpu_after, calls_after) = server_work(connection, command).await?;
+    let ran = calls_after.saturating_sub(calls_before);
+    anyhow::ensure!(
+        calls.contains(&ran),
+        "Redis ran {command} {ran} times for {count} messages ({calls:?} expected): another \
+         client shares the server, so its processor time per message cannot be read"
+    );
+    push(into, (cpu_after - cpu_before).max(0.0) / count as f64)?;
     Ok(rate)
+}
+
+/// `EVALSHA`: one call per claim at most, each of at most [`IN_FLIGHT`]
+/// messages, for `count` messages.
+fn script_calls(count: u64) -> (&'static str, RangeInclusive<u64>) {
+    ("evalsha", count.div_ceil(IN_FLIGHT as u64)..=count)
+}
+
+/// `XADD`: one per message.
+fn adds(count: u64) -> (&'static str, RangeInclusive<u64>) {
+    ("xadd", count..=count)
 }
 
 /// Tasks/s of one relay publishing `count` pending tasks through the
 /// Streams publisher, [`IN_FLIGHT`] handler slots; Redis's time per
 /// message in its script (`EVALSHA`) goes to `server`.
-async fn relay<B: Raw>(db: &B, count: u64, server: &Mutex<Vec<f64>>) -> anyhow::Result<f64> {
-    let sink = Stream::create("bench_redis_relay").await?;
+async fn relay<B: Raw>(
+    db: &B,
+    count: u64,
+    outbox: &str,
+    server: &Mutex<Vec<f64>>,
+) -> anyhow::Result<f64> {
+    let sink = Stream::create("bench_redis_relay", outbox).await?;
     let publisher = StreamPublisher::builder(sink.redis.url())
         .route(KIND, 1, &sink.stream)
         .build()?;
     let run = through_relay(db, &sink, publisher, count);
-    with_server_time(&sink.connection, "evalsha", count, server, run).await
+    with_server_time(&sink.connection, script_calls(count), count, server, run).await
 }
 
 /// The same as [`relay`] with a publisher that keeps no dedup window
@@ -218,25 +271,26 @@ async fn relay<B: Raw>(db: &B, count: u64, server: &Mutex<Vec<f64>>) -> anyhow::
 async fn relay_without_window<B: Raw>(
     db: &B,
     count: u64,
+    outbox: &str,
     server: &Mutex<Vec<f64>>,
 ) -> anyhow::Result<f64> {
     pending(db, count).await?;
-    let sink = Stream::create("bench_redis_relay_plain").await?;
+    let sink = Stream::create("bench_redis_relay_plain", outbox).await?;
     let publisher = StreamPublisher::builder(sink.redis.url())
         .route(KIND, 1, &sink.stream)
         .without_dedup_window()
         .build()?;
     let run = through_relay(db, &sink, publisher, count);
-    with_server_time(&sink.connection, "xadd", count, server, run).await
+    with_server_time(&sink.connection, adds(count), count, server, run).await
 }
 
 /// Tasks/s of pipelined `XADD`s of the relay's entries, [`IN_FLIGHT`] per
 /// pipeline, reading no database; Redis's time per `XADD` goes to
 /// `server`.
-async fn raw(count: u64, server: &Mutex<Vec<f64>>) -> anyhow::Result<f64> {
-    let stream = Stream::create("bench_redis_raw").await?;
+async fn raw(count: u64, outbox: &str, server: &Mutex<Vec<f64>>) -> anyhow::Result<f64> {
+    let stream = Stream::create("bench_redis_raw", outbox).await?;
     let run = pipelined_adds(&stream, count);
-    with_server_time(&stream.connection, "xadd", count, server, run).await
+    with_server_time(&stream.connection, adds(count), count, server, run).await
 }
 
 /// Tasks/s of `count` pipelined `XADD`s to `stream`, [`IN_FLIGHT`] per
@@ -268,9 +322,9 @@ async fn pipelined_adds(stream: &Stream, count: u64) -> anyhow::Result<f64> {
 
 /// Tasks/s of the overlapping hand-written publisher adding `count`
 /// pending tasks through the Streams publisher's script.
-async fn scripted_overlapping<B: Raw>(db: &B, count: u64) -> anyhow::Result<f64> {
+async fn scripted_overlapping<B: Raw>(db: &B, count: u64, outbox: &str) -> anyhow::Result<f64> {
     pending(db, count).await?;
-    let sink = OnceStream::create("bench_redis_overlap_once").await?;
+    let sink = OnceStream::create("bench_redis_overlap_once", outbox).await?;
     hand_written_overlapping(db, &sink, count).await
 }
 
@@ -303,24 +357,27 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
         Mutex::new(Vec::new()),
     );
     let (adding, scripting, plainly, plain_adding) = (&adds, &scripted, &plain, &plain_adds);
+    // Every entry carries this outbox's id, as the relay's do.
+    let outbox = db.store().outbox_id().await?.as_str().to_owned();
+    let outbox = outbox.as_str();
     let mut figures = against_hand_written(
         db,
         plan,
         &names,
         0.90,
-        |count| relay(db, count, &script),
+        |count| relay(db, count, outbox, &script),
         // Each run's raw step also runs the hand-written publisher with the
         // publisher's script, and the relay without a dedup window, so
         // that their runs interleave with the others.
         |count| async move {
-            let rate = raw(count, adding).await?;
-            let once = scripted_overlapping(db, count).await?;
+            let rate = raw(count, outbox, adding).await?;
+            let once = scripted_overlapping(db, count, outbox).await?;
             push(scripting, once)?;
-            let without = relay_without_window(db, count, plain_adding).await?;
+            let without = relay_without_window(db, count, outbox, plain_adding).await?;
             push(plainly, without)?;
             Ok(rate)
         },
-        || Stream::create("bench_redis_overlap"),
+        || Stream::create("bench_redis_overlap", outbox),
     )
     .await?;
     let taken = |times: Mutex<Vec<f64>>| {
@@ -330,13 +387,15 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
             .map_err(|_| anyhow::anyhow!("a run panicked"))
     };
     let (scripted, plain, plain_adds) = (taken(scripted)?, taken(plain)?, taken(plain_adds)?);
+    // The first figure is the relay's against the target.
     let (library, overlapping) = figures
         .first()
+        .filter(|relay| relay.target.is_some())
         .map(|relay| (relay.library, relay.baseline))
         .ok_or_else(|| anyhow::anyhow!("no relay figure"))?;
     let count = plan.nats_tasks;
-    // A figure without a target: a rate (tasks/s) or Redis's time per
-    // message, against `baseline`.
+    // A figure without a target: a rate (tasks/s) or Redis's processor
+    // time per message, against `baseline`.
     let figure = |scenario: String, unit, library: f64, baseline: f64, baseline_name| Figure {
         backend: B::NAME,
         scenario,
@@ -373,18 +432,18 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
         ),
         figure(
             format!(
-                "publish {count} to Redis Streams: Redis's time per message, the publisher's script (GET, XADD, SET) against XADD"
+                "publish {count} to Redis Streams: Redis's processor time per message, the publisher's script (GET, XADD, SET) against XADD"
             ),
-            "us Redis/message",
+            "us Redis CPU/message",
             script,
             adds,
             names.raw,
         ),
         figure(
             format!(
-                "publish {count} to Redis Streams: Redis's time per message, the publisher without a dedup window (XADD) against XADD"
+                "publish {count} to Redis Streams: Redis's processor time per message, the publisher without a dedup window (XADD) against XADD"
             ),
-            "us Redis/message",
+            "us Redis CPU/message",
             plain_adds,
             adds,
             names.raw,
