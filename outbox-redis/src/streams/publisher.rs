@@ -221,10 +221,7 @@ impl StreamPublisher {
         // Nothing to send (every kind unrouted): each fails for good,
         // whether Redis is up or not.
         if streams.is_empty() {
-            return prepared
-                .into_iter()
-                .map(|p| p.and(Err(HandlerError::retryable(anyhow::anyhow!("not sent")))))
-                .collect();
+            return unsent(prepared, "not sent");
         }
         let batches: Vec<Vec<&Prepared<'_>>> = streams
             .iter()
@@ -328,9 +325,7 @@ impl StreamPublisher {
         }
         replies
     }
-}
 
-impl StreamPublisher {
     /// Adds every prepared delivery with a plain `XADD`, all of them in one
     /// pipeline (one round trip), each answered by its own reply: what a
     /// publisher without a dedup window does.
@@ -346,21 +341,12 @@ impl StreamPublisher {
         // Nothing to send (every kind unrouted): each fails for good,
         // whether Redis is up or not.
         if adds.is_empty() {
-            return prepared
-                .into_iter()
-                .map(|p| p.and(Err(HandlerError::retryable(anyhow::anyhow!("not sent")))))
-                .collect();
+            return unsent(prepared, "not sent");
         }
         let mut replies = match self.inner.connection.for_publishing().await {
             Ok(mut connection) => pipelined(&mut connection, adds).await.into_iter(),
             // Not connected: every add fails as the connection did.
-            Err(error) => {
-                let text = error.to_string();
-                return prepared
-                    .into_iter()
-                    .map(|p| p.and(Err(HandlerError::retryable(anyhow::anyhow!("{text}")))))
-                    .collect();
-            }
+            Err(error) => return unsent(prepared, &error.to_string()),
         };
         prepared
             .into_iter()
@@ -402,6 +388,18 @@ impl StreamPublisher {
         fields::write(&mut add, prepared.delivery, &prepared.message_id);
         add
     }
+}
+
+/// The answers of deliveries none of which was sent: each one's own
+/// failure to prepare, or else a retryable failure saying `why`.
+fn unsent(
+    prepared: Vec<Result<Prepared<'_>, HandlerError>>,
+    why: &str,
+) -> Vec<Result<Added, HandlerError>> {
+    prepared
+        .into_iter()
+        .map(|p| p.and(Err(HandlerError::retryable(anyhow::anyhow!("{why}")))))
+        .collect()
 }
 
 /// `commands` sent in one pipeline, each reply its own (a failure of the

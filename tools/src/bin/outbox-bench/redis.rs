@@ -250,43 +250,29 @@ fn adds(count: u64) -> (&'static str, RangeInclusive<u64>) {
 }
 
 /// Tasks/s of one relay publishing `count` pending tasks through the
-/// Streams publisher, [`IN_FLIGHT`] handler slots; Redis's time per
-/// message in its script (`EVALSHA`) goes to `server`.
+/// Streams publisher, [`IN_FLIGHT`] handler slots, with the default dedup
+/// window or `without_dedup_window`; Redis's processor time per message
+/// goes to `server`.
 async fn relay<B: Raw>(
     db: &B,
     count: u64,
     outbox: &str,
+    windowed: bool,
     server: &Mutex<Vec<f64>>,
 ) -> anyhow::Result<f64> {
     let sink = Stream::create("bench_redis_relay", outbox).await?;
-    let publisher = StreamPublisher::builder(sink.redis.url())
-        .route(KIND, 1, &sink.stream)
-        .build()?;
-    let run = through_relay(db, &sink, publisher, count);
-    with_server_time(&sink.connection, script_calls(count), count, server, run).await
-}
-
-/// The same as [`relay`] with a publisher that keeps no dedup window
-/// (plain `XADD`s); Redis's time per `XADD` goes to `server`.
-async fn relay_without_window<B: Raw>(
-    db: &B,
-    count: u64,
-    outbox: &str,
-    server: &Mutex<Vec<f64>>,
-) -> anyhow::Result<f64> {
-    pending(db, count).await?;
-    let sink = Stream::create("bench_redis_relay_plain", outbox).await?;
-    let publisher = StreamPublisher::builder(sink.redis.url())
-        .route(KIND, 1, &sink.stream)
-        .without_dedup_window()
-        .build()?;
-    let run = through_relay(db, &sink, publisher, count);
-    with_server_time(&sink.connection, adds(count), count, server, run).await
+    let publisher = StreamPublisher::builder(sink.redis.url()).route(KIND, 1, &sink.stream);
+    let (publisher, calls) = match windowed {
+        true => (publisher, script_calls(count)),
+        false => (publisher.without_dedup_window(), adds(count)),
+    };
+    let run = through_relay(db, &sink, publisher.build()?, count);
+    with_server_time(&sink.connection, calls, count, server, run).await
 }
 
 /// Tasks/s of pipelined `XADD`s of the relay's entries, [`IN_FLIGHT`] per
-/// pipeline, reading no database; Redis's time per `XADD` goes to
-/// `server`.
+/// pipeline, reading no database; Redis's processor time per `XADD` goes
+/// to `server`.
 async fn raw(count: u64, outbox: &str, server: &Mutex<Vec<f64>>) -> anyhow::Result<f64> {
     let stream = Stream::create("bench_redis_raw", outbox).await?;
     let run = pipelined_adds(&stream, count);
@@ -365,7 +351,7 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
         plan,
         &names,
         0.90,
-        |count| relay(db, count, outbox, &script),
+        |count| relay(db, count, outbox, true, &script),
         // Each run's raw step also runs the hand-written publisher with the
         // publisher's script, and the relay without a dedup window, so
         // that their runs interleave with the others.
@@ -373,7 +359,8 @@ pub(crate) async fn measure<B: Raw>(db: &B, plan: &Plan) -> anyhow::Result<Vec<F
             let rate = raw(count, outbox, adding).await?;
             let once = scripted_overlapping(db, count, outbox).await?;
             push(scripting, once)?;
-            let without = relay_without_window(db, count, outbox, plain_adding).await?;
+            pending(db, count).await?;
+            let without = relay(db, count, outbox, false, plain_adding).await?;
             push(plainly, without)?;
             Ok(rate)
         },
