@@ -449,18 +449,19 @@ async fn without_a_dedup_window_each_delivery_is_a_plain_add_and_a_replay_adds_a
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_a_dedup_window_an_unreachable_server_fails_retryably() {
-    let unreachable = StreamPublisher::builder(closed_url())
+async fn an_unreachable_server_fails_retryably_saying_so_once_with_a_window_or_without() {
+    let with_window = StreamPublisher::builder(closed_url()).route("order.created", 1, "orders");
+    let without = StreamPublisher::builder(closed_url())
         .route("order.created", 1, "orders")
-        .without_dedup_window()
-        .build()
-        .expect("publisher");
-    let error = unreachable
-        .publish(&delivery("a1", 1, "{}"))
-        .await
-        .expect_err("nothing listens");
-    assert!(
-        !error.is_permanent() && error.to_string().contains("could not reach Redis"),
-        "{error}"
-    );
+        .without_dedup_window();
+    for builder in [with_window, without] {
+        let unreachable = builder.build().expect("publisher");
+        let error = unreachable
+            .publish(&delivery("a1", 1, "{}"))
+            .await
+            .expect_err("nothing listens");
+        let text = error.to_string();
+        assert!(!error.is_permanent(), "{text}");
+        assert_eq!(text.matches("could not reach Redis").count(), 1, "{text}");
+    }
 }

@@ -234,14 +234,8 @@ impl StreamPublisher {
             .collect();
         let replies = match self.inner.connection.for_publishing().await {
             Ok(mut connection) => self.send(&mut connection, &batches, window).await,
-            Err(error) => {
-                let error = redis::RedisError::from((
-                    redis::ErrorKind::Io,
-                    "could not reach Redis",
-                    error.to_string(),
-                ));
-                batches.iter().map(|_| Err(error.clone())).collect()
-            }
+            // Not connected: every add fails as the connection did.
+            Err(error) => return unsent(prepared, &error.to_string()),
         };
         let mut answers: Vec<Option<Result<Added, HandlerError>>> =
             prepared.iter().map(|_| None).collect();
