@@ -169,6 +169,10 @@ pub(crate) struct Args {
     /// 5 with --quick): finer samples show what a minute's p99 hides.
     #[arg(long, requires = "soak")]
     soak_sample: Option<u64>,
+    /// Rows per statement of the soak's relays' purges and other moves
+    /// (`purge_batch`; 1,000, the relay's default, unless given).
+    #[arg(long, requires = "soak")]
+    soak_purge_batch: Option<usize>,
     /// The command the docs say ran the bench (`cargo xtask bench` passes
     /// its own name).
     #[arg(long, hide = true)]
@@ -491,6 +495,10 @@ async fn soak_backends(args: &Args) -> anyhow::Result<()> {
     if let Some(seconds) = args.soak_sample {
         anyhow::ensure!(seconds > 0, "--soak-sample must be at least 1");
         plan.sample = Duration::from_secs(seconds);
+    }
+    if let Some(rows) = args.soak_purge_batch {
+        anyhow::ensure!(rows > 0, "--soak-purge-batch must be at least 1");
+        plan.purge_batch = Some(rows);
     }
     if let Some(dir) = &args.write_docs {
         if args.quick && !args.allow_quick_docs {

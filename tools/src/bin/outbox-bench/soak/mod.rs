@@ -74,6 +74,8 @@ pub(crate) struct SoakPlan {
     pub(crate) retention: Duration,
     /// How often the relays purge.
     pub(crate) purge_interval: Duration,
+    /// Rows per purge statement, when not the relay's default.
+    pub(crate) purge_batch: Option<usize>,
     /// How long the relays may work on the backlog once the producers
     /// stopped.
     pub(crate) finish_within: Duration,
@@ -94,6 +96,7 @@ impl SoakPlan {
                 calibration: Duration::from_secs(10),
                 retention: Duration::from_secs(20),
                 purge_interval: Duration::from_secs(5),
+                purge_batch: None,
                 finish_within: Duration::from_secs(20),
                 quick,
             }
@@ -106,6 +109,7 @@ impl SoakPlan {
                 calibration: Duration::from_secs(60),
                 retention: Duration::from_secs(5 * 60),
                 purge_interval: Duration::from_secs(30),
+                purge_batch: None,
                 finish_within: Duration::from_secs(120),
                 quick,
             }
@@ -131,11 +135,14 @@ fn start_relays<B: Storage>(db: &B, book: &Arc<Book>, plan: &SoakPlan) -> anyhow
     let registry = Registry::builder()
         .handler(KIND, 1, Noting(Arc::clone(book)))
         .build()?;
-    let config = RelayConfig::default()
+    let mut config = RelayConfig::default()
         .batch_size(BATCH)
         .poll_interval(POLL)
         .retention(plan.retention)
         .purge_interval(plan.purge_interval);
+    if let Some(rows) = plan.purge_batch {
+        config = config.purge_batch(rows);
+    }
     let stop = CancellationToken::new();
     let mut relays = Vec::new();
     for n in 0..RELAYS {

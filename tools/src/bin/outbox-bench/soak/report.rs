@@ -422,7 +422,7 @@ pub(crate) fn section(runs: &[SoakRun], meta: &Meta) -> String {
             "\n### {backend}{server}\n\n\
              {} minutes: producers offered {} tasks/s, {:.0}% of the {} tasks/s the machine \
              delivered while producers enqueued flat out beside the relays for {} s just before{}; \
-             retention {} s, purged every {} s; a sample every {} s.{} Server: {}.\n\n",
+             retention {} s, purged every {} s{}; a sample every {} s.{} Server: {}.\n\n",
             run.plan.duration.as_secs() / 60,
             group_digits(&format!("{:.0}", run.rate)),
             run.share_percent(),
@@ -433,6 +433,12 @@ pub(crate) fn section(runs: &[SoakRun], meta: &Meta) -> String {
             )),
             run.plan.retention.as_secs(),
             run.plan.purge_interval.as_secs(),
+            run.plan
+                .purge_batch
+                .map_or_else(String::new, |rows| format!(
+                    " in statements of {} rows",
+                    group_digits(&rows.to_string())
+                )),
             run.plan.sample.as_secs(),
             run.cpu_spread()
                 .map_or_else(String::new, |(median, highest)| format!(
