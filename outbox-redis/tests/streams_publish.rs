@@ -463,5 +463,22 @@ async fn an_unreachable_server_fails_retryably_saying_so_once_with_a_window_or_w
         let text = error.to_string();
         assert!(!error.is_permanent(), "{text}");
         assert_eq!(text.matches("could not reach Redis").count(), 1, "{text}");
+        // In a batch, a delivery that could not be prepared keeps its own
+        // failure; the routed one fails as the connection did.
+        let mut unrouted = delivery("a1", 2, "{}");
+        unrouted.task.kind = "order.refunded".into();
+        let answers = unreachable
+            .handle_batch(vec![unrouted, delivery("a1", 3, "{}")])
+            .await;
+        let error = answers[0].as_ref().expect_err("no route");
+        assert!(
+            error.is_permanent() && error.to_string().contains("no stream is routed"),
+            "{error}"
+        );
+        let error = answers[1].as_ref().expect_err("nothing listens");
+        assert!(
+            !error.is_permanent() && error.to_string().contains("could not reach Redis"),
+            "{error}"
+        );
     }
 }

@@ -218,8 +218,9 @@ impl StreamPublisher {
                 }
             }
         }
-        // Nothing to send (every kind unrouted): each fails for good,
-        // whether Redis is up or not.
+        // Nothing to send (no delivery prepared: an unrouted kind, a
+        // reserved header): each fails for good, whether Redis is up or
+        // not.
         if streams.is_empty() {
             return unsent(prepared, "not sent");
         }
@@ -234,7 +235,8 @@ impl StreamPublisher {
             .collect();
         let replies = match self.inner.connection.for_publishing().await {
             Ok(mut connection) => self.send(&mut connection, &batches, window).await,
-            // Not connected: every add fails as the connection did.
+            // Not connected: each delivery that failed to prepare keeps
+            // its own failure, and the rest fail as the connection did.
             Err(error) => return unsent(prepared, &error.to_string()),
         };
         let mut answers: Vec<Option<Result<Added, HandlerError>>> =
@@ -332,14 +334,16 @@ impl StreamPublisher {
             .filter_map(|prepared| prepared.as_ref().ok())
             .map(|prepared| self.add(prepared))
             .collect();
-        // Nothing to send (every kind unrouted): each fails for good,
-        // whether Redis is up or not.
+        // Nothing to send (no delivery prepared: an unrouted kind, a
+        // reserved header): each fails for good, whether Redis is up or
+        // not.
         if adds.is_empty() {
             return unsent(prepared, "not sent");
         }
         let mut replies = match self.inner.connection.for_publishing().await {
             Ok(mut connection) => pipelined(&mut connection, adds).await.into_iter(),
-            // Not connected: every add fails as the connection did.
+            // Not connected: each delivery that failed to prepare keeps
+            // its own failure, and the rest fail as the connection did.
             Err(error) => return unsent(prepared, &error.to_string()),
         };
         prepared
