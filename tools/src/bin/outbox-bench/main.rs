@@ -169,8 +169,10 @@ pub(crate) struct Args {
     /// 5 with --quick): finer samples show what a minute's p99 hides.
     #[arg(long, requires = "soak")]
     soak_sample: Option<u64>,
-    /// Rows per statement of the soak's relays' purges and other moves
-    /// (`purge_batch`; 1,000, the relay's default, unless given).
+    /// Rows per maintenance statement of the soak's relays, while the rate
+    /// is measured and after (purge, promotion and rescue: `purge_batch`,
+    /// 1 to 5,000; the relay's default of 1,000 unless given). To compare
+    /// two settings, offer both one rate (--soak-rate).
     #[arg(long, requires = "soak")]
     soak_purge_batch: Option<usize>,
     /// The command the docs say ran the bench (`cargo xtask bench` passes
@@ -497,7 +499,10 @@ async fn soak_backends(args: &Args) -> anyhow::Result<()> {
         plan.sample = Duration::from_secs(seconds);
     }
     if let Some(rows) = args.soak_purge_batch {
-        anyhow::ensure!(rows > 0, "--soak-purge-batch must be at least 1");
+        anyhow::ensure!(
+            (1..=diesel_outbox_core::limits::MAX_BATCH_SIZE).contains(&rows),
+            "--soak-purge-batch must be 1 to 5,000 (the relay's MAX_BATCH_SIZE)"
+        );
         plan.purge_batch = Some(rows);
     }
     if let Some(dir) = &args.write_docs {
