@@ -74,7 +74,8 @@ pub(crate) struct SoakPlan {
     pub(crate) retention: Duration,
     /// How often the relays purge.
     pub(crate) purge_interval: Duration,
-    /// Rows per purge statement, when not the relay's default.
+    /// Rows per maintenance statement (`purge_batch`), when not the
+    /// relay's default.
     pub(crate) purge_batch: Option<usize>,
     /// How long the relays may work on the backlog once the producers
     /// stopped.
