@@ -262,9 +262,10 @@ async fn relay<B: Raw>(
 ) -> anyhow::Result<f64> {
     let sink = Stream::create("bench_redis_relay", outbox).await?;
     let publisher = StreamPublisher::builder(sink.redis.url()).route(KIND, 1, &sink.stream);
-    let (publisher, calls) = match windowed {
-        true => (publisher, script_calls(count)),
-        false => (publisher.without_dedup_window(), adds(count)),
+    let (publisher, calls) = if windowed {
+        (publisher, script_calls(count))
+    } else {
+        (publisher.without_dedup_window(), adds(count))
     };
     let run = through_relay(db, &sink, publisher.build()?, count);
     with_server_time(&sink.connection, calls, count, server, run).await
